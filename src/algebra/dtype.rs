@@ -1,0 +1,172 @@
+//! The element types a row can be stored in.
+//!
+//! Writers name dtypes the way NumPy does (`"uint8"`, `"bfloat16"`, ...). The
+//! merge needs exactly one fact about a dtype: how many bytes one element takes,
+//! because that fixes how far apart rows lie in a file. Everything else about the
+//! element (signedness, float layout) is the trainer's business.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// An element type of a row, by its NumPy name.
+///
+/// Parsing is exact: only the thirteen names below are accepted, spelled as
+/// NumPy spells them. Byte-order prefixed codes such as `"<u2"` or aliases such as
+/// `"uint"` are rejected, because a router that guesses a width guesses wrong
+/// byte offsets.
+///
+/// ```
+/// use pd_stitch::Dtype;
+///
+/// let dtype: Dtype = "uint16".parse()?;
+/// assert_eq!(dtype, Dtype::Uint16);
+/// assert_eq!(dtype.itemsize(), 2);
+/// assert_eq!(dtype.to_string(), "uint16");
+/// assert!("<u2".parse::<Dtype>().is_err());
+/// # Ok::<(), pd_stitch::UnknownDtype>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Dtype {
+    /// `bool`: one byte per element.
+    Bool,
+    /// `int8`: signed, one byte.
+    Int8,
+    /// `uint8`: unsigned, one byte.
+    Uint8,
+    /// `int16`: signed, two bytes.
+    Int16,
+    /// `uint16`: unsigned, two bytes.
+    Uint16,
+    /// `float16`: IEEE half precision, two bytes.
+    Float16,
+    /// `bfloat16`: brain float, two bytes.
+    Bfloat16,
+    /// `int32`: signed, four bytes.
+    Int32,
+    /// `uint32`: unsigned, four bytes.
+    Uint32,
+    /// `float32`: IEEE single precision, four bytes.
+    Float32,
+    /// `int64`: signed, eight bytes.
+    Int64,
+    /// `uint64`: unsigned, eight bytes.
+    Uint64,
+    /// `float64`: IEEE double precision, eight bytes.
+    Float64,
+}
+
+impl Dtype {
+    /// Every supported dtype, narrowest first within each kind.
+    pub const ALL: [Dtype; 13] = [
+        Dtype::Bool,
+        Dtype::Int8,
+        Dtype::Uint8,
+        Dtype::Int16,
+        Dtype::Uint16,
+        Dtype::Float16,
+        Dtype::Bfloat16,
+        Dtype::Int32,
+        Dtype::Uint32,
+        Dtype::Float32,
+        Dtype::Int64,
+        Dtype::Uint64,
+        Dtype::Float64,
+    ];
+
+    /// The size of one element in bytes: 1, 2, 4 or 8.
+    pub const fn itemsize(self) -> u64 {
+        match self {
+            Dtype::Bool | Dtype::Int8 | Dtype::Uint8 => 1,
+            Dtype::Int16 | Dtype::Uint16 | Dtype::Float16 | Dtype::Bfloat16 => 2,
+            Dtype::Int32 | Dtype::Uint32 | Dtype::Float32 => 4,
+            Dtype::Int64 | Dtype::Uint64 | Dtype::Float64 => 8,
+        }
+    }
+
+    /// The NumPy name of this dtype, as writers spell it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Dtype::Bool => "bool",
+            Dtype::Int8 => "int8",
+            Dtype::Uint8 => "uint8",
+            Dtype::Int16 => "int16",
+            Dtype::Uint16 => "uint16",
+            Dtype::Float16 => "float16",
+            Dtype::Bfloat16 => "bfloat16",
+            Dtype::Int32 => "int32",
+            Dtype::Uint32 => "uint32",
+            Dtype::Float32 => "float32",
+            Dtype::Int64 => "int64",
+            Dtype::Uint64 => "uint64",
+            Dtype::Float64 => "float64",
+        }
+    }
+}
+
+impl fmt::Display for Dtype {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Dtype {
+    type Err = UnknownDtype;
+
+    fn from_str(name: &str) -> Result<Dtype, UnknownDtype> {
+        Dtype::ALL
+            .into_iter()
+            .find(|dtype| dtype.name() == name)
+            .ok_or_else(|| UnknownDtype {
+                name: name.to_owned(),
+            })
+    }
+}
+
+/// A dtype name that is not one of the supported NumPy names.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unsupported dtype {name:?}; expected one of bool, int8, uint8, int16, uint16, float16, bfloat16, int32, uint32, float32, int64, uint64, float64")]
+pub struct UnknownDtype {
+    /// The name that was given.
+    pub name: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_sizes_match_numpy() {
+        let expected = [
+            ("bool", 1),
+            ("int8", 1),
+            ("uint8", 1),
+            ("int16", 2),
+            ("uint16", 2),
+            ("float16", 2),
+            ("bfloat16", 2),
+            ("int32", 4),
+            ("uint32", 4),
+            ("float32", 4),
+            ("int64", 8),
+            ("uint64", 8),
+            ("float64", 8),
+        ];
+        assert_eq!(expected.len(), Dtype::ALL.len());
+        for (dtype, (name, size)) in Dtype::ALL.into_iter().zip(expected) {
+            assert_eq!(dtype.name(), name);
+            assert_eq!(dtype.itemsize(), size, "{name}");
+            assert_eq!(name.parse::<Dtype>(), Ok(dtype));
+        }
+    }
+
+    #[test]
+    fn other_names_are_rejected() {
+        for name in [
+            "", "uint", "<u2", "UINT8", "uint8 ", "float", "int128", "object",
+        ] {
+            let err = name.parse::<Dtype>().unwrap_err();
+            assert_eq!(err.name, name);
+            assert!(err.to_string().contains("unsupported dtype"));
+        }
+    }
+}

@@ -1,0 +1,21 @@
+//! The pure algebra of the merge: dtypes, position intervals, segments, cuts.
+//!
+//! Nothing in here knows JSON or files. A router's response path and the tests'
+//! reference models both reduce to these types, which is what lets the laws in
+//! `docs/SPEC.md` be stated (and property-tested) once, on small values.
+//!
+//! - [`Dtype`]: an element type and its size.
+//! - [`Rows`]: a half-open interval of positions, built with checked arithmetic.
+//! - [`Segment`]: rows of one field back to back in a file, a position interval
+//!   tied to a byte interval.
+//! - [`cut`], [`Cuts`], [`merge_segments`]: the P/D merge rule.
+
+mod dtype;
+mod merge;
+mod rows;
+mod segment;
+
+pub use dtype::{Dtype, UnknownDtype};
+pub use merge::{cut, merge_segments, Cuts, MissingField};
+pub use rows::Rows;
+pub use segment::{row_bytes, Overflow, Segment};

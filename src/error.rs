@@ -1,0 +1,272 @@
+//! The one error type of the JSON entry points, and where in a response it is.
+//!
+//! Every error names the side (prefill or decode) and the JSON path of the value
+//! at fault, then says what was expected and what was found:
+//!
+//! ```text
+//! decode choices[1].payload[3].rows: must be a non-negative integer, got -1
+//! ```
+//!
+//! The variants sort errors by what a caller may want to do about them: a
+//! malformed response ([`Error::Structure`], [`Error::Integer`],
+//! [`Error::Dtype`]), numbers that do not fit ([`Error::Overflow`]), or two
+//! responses that cannot be stitched ([`Error::MissingPrefillField`]).
+
+use std::fmt::{self, Write as _};
+
+use serde_json::Value;
+
+use crate::algebra::Overflow;
+
+/// Which of the two responses a [`Location`] is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Side {
+    /// The prefill instance's response.
+    Prefill,
+    /// The decode instance's response (the one the merge writes into).
+    Decode,
+}
+
+impl fmt::Display for Side {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Side::Prefill => "prefill",
+            Side::Decode => "decode",
+        })
+    }
+}
+
+/// One step of a JSON path: an object key or an array index.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Step {
+    /// `.key` (or the first key of a path).
+    Key(String),
+    /// `[index]`.
+    Index(usize),
+}
+
+/// A place in one of the two responses: a side and a JSON path from its root.
+///
+/// Displays as `decode choices[1].payload[3].rows`; the root itself displays
+/// as `decode response`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Location {
+    side: Side,
+    path: Vec<Step>,
+}
+
+impl Location {
+    /// The root of the response of `side`.
+    pub fn root(side: Side) -> Location {
+        Location {
+            side,
+            path: Vec::new(),
+        }
+    }
+
+    /// This location extended by the object key `key`.
+    pub fn key(mut self, key: &str) -> Location {
+        self.path.push(Step::Key(key.to_owned()));
+        self
+    }
+
+    /// This location extended by the array index `index`.
+    pub fn index(mut self, index: usize) -> Location {
+        self.path.push(Step::Index(index));
+        self
+    }
+
+    /// The side.
+    pub fn side(&self) -> Side {
+        self.side
+    }
+
+    /// The steps from the root.
+    pub fn path(&self) -> &[Step] {
+        &self.path
+    }
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.side)?;
+        if self.path.is_empty() {
+            return f.write_str(" response");
+        }
+        for (i, step) in self.path.iter().enumerate() {
+            match step {
+                Step::Key(key) if i == 0 => write!(f, " {key}")?,
+                Step::Key(key) => write!(f, ".{key}")?,
+                Step::Index(index) if i == 0 => write!(f, " [{index}]")?,
+                Step::Index(index) => write!(f, "[{index}]")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why a merge failed. On any of these the decode response is left exactly as
+/// it was.
+///
+/// ```
+/// use pd_stitch::{merge_routed_payload_in_json, Error};
+/// use serde_json::json;
+///
+/// let prefill = json!({"choices": [{"payload": [
+///     {"field": "routed_experts", "file": "p.bin", "offset": 0, "pos": 0, "rows": 3,
+///      "dtype": "uint8", "shape": [2]}]}]});
+/// let mut decode = json!({"choices": [{"payload": [
+///     {"field": "routed_experts", "file": "d.bin", "offset": 0, "pos": 2, "rows": -1,
+///      "dtype": "uint8", "shape": [2]}]}]});
+/// let before = decode.clone();
+///
+/// let err = merge_routed_payload_in_json(&prefill, &mut decode).unwrap_err();
+/// assert!(matches!(err, Error::Integer { .. }));
+/// assert_eq!(
+///     err.to_string(),
+///     "decode choices[0].payload[0].rows: must be a non-negative integer, got -1"
+/// );
+/// assert_eq!(decode, before);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A value has the wrong JSON type: `choices` that is not an array, a
+    /// choice that is not an object, a `payload` or `shape` that is not an
+    /// array, a missing key.
+    #[error("{at}: must be {expected}, got {got}")]
+    Structure {
+        /// Where.
+        at: Location,
+        /// What was expected, e.g. `"an array"`.
+        expected: &'static str,
+        /// What was found, as (possibly shortened) JSON, or `nothing`.
+        got: String,
+    },
+    /// A position, row count, offset or dimension that is not a JSON integer in
+    /// `0..=u64::MAX`: a negative number, a float such as `3.0`, a string, a
+    /// bool, a number too large for `u64`, or a missing key.
+    #[error("{at}: must be a non-negative integer, got {got}")]
+    Integer {
+        /// Where.
+        at: Location,
+        /// What was found, as (possibly shortened) JSON, or `nothing`.
+        got: String,
+    },
+    /// A `dtype` that is not one of the supported NumPy names.
+    #[error("{at}: unsupported dtype {got}; expected one of bool, int8, uint8, int16, uint16, float16, bfloat16, int32, uint32, float32, int64, uint64, float64")]
+    Dtype {
+        /// Where.
+        at: Location,
+        /// What was found, as (possibly shortened) JSON, or `nothing`.
+        got: String,
+    },
+    /// A segment whose size or extent does not fit in `u64`.
+    #[error("{at}: {overflow}")]
+    Overflow {
+        /// The segment.
+        at: Location,
+        /// Which quantity overflowed, with the values it came from.
+        overflow: Overflow,
+    },
+    /// A decode segment of a stitched field that the prefill has no segment
+    /// of: the prompt's rows of that field are missing, so the two responses
+    /// cannot be stitched.
+    #[error("{at}: field {field:?} has decode rows but prefill choices[0].payload has no segment of it, so the prompt's rows are missing")]
+    MissingPrefillField {
+        /// The decode segment.
+        at: Location,
+        /// The field.
+        field: String,
+    },
+}
+
+impl Error {
+    /// Where in which response the problem is.
+    pub fn location(&self) -> &Location {
+        match self {
+            Error::Structure { at, .. }
+            | Error::Integer { at, .. }
+            | Error::Dtype { at, .. }
+            | Error::Overflow { at, .. }
+            | Error::MissingPrefillField { at, .. } => at,
+        }
+    }
+}
+
+/// The longest rendering of an offending value an error message carries; a
+/// 10 MB base64 string in a log line helps nobody.
+const GOT_MAX: usize = 64;
+
+/// `value` as compact JSON for an error message, shortened to about
+/// [`GOT_MAX`] bytes, or `nothing` when the key is missing.
+pub(crate) fn describe(value: Option<&Value>) -> String {
+    let Some(value) = value else {
+        return "nothing".to_owned();
+    };
+    let mut out = Bounded {
+        text: String::new(),
+        full: false,
+    };
+    // A full buffer stops the formatter with fmt::Error; that is the point.
+    if write!(out, "{value}").is_err() || out.full {
+        out.text.push('…');
+    }
+    out.text
+}
+
+/// A `fmt::Write` that keeps the first [`GOT_MAX`] bytes (on a char boundary)
+/// and then refuses more, so rendering a huge value stops early.
+struct Bounded {
+    text: String,
+    full: bool,
+}
+
+impl fmt::Write for Bounded {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let room = GOT_MAX.saturating_sub(self.text.len());
+        if s.len() <= room {
+            self.text.push_str(s);
+            return Ok(());
+        }
+        let mut end = room;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.text.push_str(s.get(..end).unwrap_or_default());
+        self.full = true;
+        Err(fmt::Error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn locations_read_like_json_paths() {
+        let at = Location::root(Side::Decode)
+            .key("choices")
+            .index(1)
+            .key("payload")
+            .index(3)
+            .key("rows");
+        assert_eq!(at.to_string(), "decode choices[1].payload[3].rows");
+        assert_eq!(
+            Location::root(Side::Prefill).to_string(),
+            "prefill response"
+        );
+    }
+
+    #[test]
+    fn describe_shortens_long_values_on_a_char_boundary() {
+        assert_eq!(describe(None), "nothing");
+        assert_eq!(describe(Some(&json!(-1))), "-1");
+        assert_eq!(describe(Some(&json!(3.0))), "3.0");
+        assert_eq!(describe(Some(&json!("5"))), "\"5\"");
+        let long = describe(Some(&json!("é".repeat(1000))));
+        assert!(long.ends_with('…'));
+        assert!(long.len() <= GOT_MAX + '…'.len_utf8());
+    }
+}

@@ -1,0 +1,86 @@
+//! Stitch the prefill and decode responses of prefill/decode (P/D)
+//! disaggregated LLM serving, so that an RL trainer of a mixture-of-experts
+//! model sees the routed experts of every token.
+//!
+//! # The problem
+//!
+//! To replay routing, an RL trainer needs, for every token position of a
+//! rollout (prompt and completion), the *row* of expert ids the inference
+//! server routed that token to: an array of shape `(layers, topk)`. Under P/D
+//! disaggregation one request is served by two instances. The **prefill**
+//! instance runs the prompt and computes its rows; the **decode** instance
+//! pulls the KV cache and generates, computing rows from its first forward,
+//! which is the last prompt position. So the two responses overlap by (at
+//! least) one position, and the decode's rows for prompt positions are not
+//! the ones the prompt was really routed with. A router stitches the two into
+//! one response: the prefill's rows for the prompt, the decode's after it.
+//!
+//! # Rows by handle
+//!
+//! A response can carry rows *by handle*: `choices[i].payload` is a list of
+//! segments such as
+//!
+//! ```json
+//! {"field": "routed_experts", "file": "/shm/x.bin", "offset": 4096,
+//!  "pos": 17, "rows": 5, "dtype": "uint8", "shape": [48, 8]}
+//! ```
+//!
+//! meaning: the rows of positions `[17, 22)` lie in `/shm/x.bin` from byte
+//! 4096 on, back to back, each `1 * 48 * 8 = 384` bytes. The merge never reads
+//! the files: it only rewrites the segment list. The prefill's segments are
+//! kept as they are; the decode's are clipped at the *cut*, the first position
+//! the prefill did not cover ([`merge_routed_payload_in_json`]).
+//!
+//! ```
+//! use pd_stitch::{merge_routed_payload_in_json, prefill_has_routed_experts};
+//! use serde_json::json;
+//!
+//! let prefill = json!({"choices": [{"payload": [
+//!     {"field": "routed_experts", "file": "p.bin", "offset": 0, "pos": 0, "rows": 3,
+//!      "dtype": "uint16", "shape": [2, 4]}]}]});
+//! let mut decode = json!({"choices": [{"payload": [
+//!     {"field": "routed_experts", "file": "d.bin", "offset": 0, "pos": 2, "rows": 3,
+//!      "dtype": "uint16", "shape": [2, 4]}]}]});
+//!
+//! assert!(prefill_has_routed_experts(&prefill));
+//! assert!(merge_routed_payload_in_json(&prefill, &mut decode)?);
+//! // Positions [0, 3) from the prefill, [3, 5) from the decode, 16 bytes into d.bin.
+//! assert_eq!(decode["choices"][0]["payload"][1]["pos"], 3);
+//! assert_eq!(decode["choices"][0]["payload"][1]["offset"], 16);
+//! # Ok::<(), pd_stitch::Error>(())
+//! ```
+//!
+//! # Layout of the crate
+//!
+//! - [`algebra`]: the pure model, with no JSON and no I/O: [`Dtype`], the
+//!   position interval [`Rows`], [`Segment`], and the merge rule ([`cut`],
+//!   [`Cuts::clip`], [`merge_segments`]).
+//! - The JSON adapter: [`merge_routed_payload_in_json`],
+//!   [`prefill_has_routed_experts`] and [`Stitcher`], which maps responses to
+//!   the algebra and back, and [`Error`], which says where a response is
+//!   wrong.
+//!
+//! # Guarantees
+//!
+//! Every JSON entry point is total and atomic: no input makes it panic, every
+//! arithmetic step on a number from a response is checked, and when it returns
+//! an error the decode response is exactly as it was. `docs/SPEC.md` states the
+//! rules and the laws the merged output obeys, each with the property test that
+//! checks it.
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod algebra;
+mod error;
+mod handle;
+mod stitcher;
+
+pub use algebra::{
+    cut, merge_segments, row_bytes, Cuts, Dtype, MissingField, Overflow, Rows, Segment,
+    UnknownDtype,
+};
+pub use error::{Error, Location, Side, Step};
+pub use stitcher::{
+    merge_routed_payload_in_json, prefill_has_routed_experts, Stitcher, ROUTED_EXPERTS,
+};

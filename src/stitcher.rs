@@ -1,0 +1,174 @@
+//! [`Stitcher`]: the JSON entry points with a configurable set of stitched
+//! fields, and the free functions that use the default set.
+
+use serde_json::Value;
+
+use crate::error::Error;
+use crate::handle;
+
+/// The field a stitcher stitches unless told otherwise.
+pub const ROUTED_EXPERTS: &str = "routed_experts";
+
+/// The JSON entry points, for a chosen set of stitched fields.
+///
+/// A payload segment is *stitched* when it is an object whose `field` is one
+/// of the stitcher's fields; every other payload item passes through. The
+/// default set is `{"routed_experts"}`, which is what the free functions
+/// ([`merge_routed_payload_in_json`], [`prefill_has_routed_experts`]) use.
+///
+/// ```
+/// use pd_stitch::Stitcher;
+/// use serde_json::json;
+///
+/// let stitcher = Stitcher::new().field("routed_expert_weights");
+/// assert_eq!(stitcher.fields().collect::<Vec<_>>(), ["routed_experts", "routed_expert_weights"]);
+///
+/// let prefill = json!({"choices": [{"payload": [
+///     {"field": "routed_expert_weights", "file": "p.bin", "offset": 0, "pos": 0, "rows": 4,
+///      "dtype": "float32", "shape": [2, 2]}]}]});
+/// let mut decode = json!({"choices": [{"payload": [
+///     {"field": "routed_expert_weights", "file": "d.bin", "offset": 0, "pos": 3, "rows": 2,
+///      "dtype": "float32", "shape": [2, 2]}]}]});
+///
+/// assert!(stitcher.prefill_has_routed_experts(&prefill));
+/// assert!(stitcher.merge_routed_payload_in_json(&prefill, &mut decode)?);
+/// let payload = &decode["choices"][0]["payload"];
+/// assert_eq!(payload[1]["pos"], 4);
+/// assert_eq!(payload[1]["rows"], 1);
+/// assert_eq!(payload[1]["offset"], 16); // one row of 2 x 2 float32 skipped
+/// # Ok::<(), pd_stitch::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stitcher {
+    fields: Vec<String>,
+}
+
+impl Default for Stitcher {
+    /// Stitches `routed_experts` only.
+    fn default() -> Stitcher {
+        Stitcher {
+            fields: vec![ROUTED_EXPERTS.to_owned()],
+        }
+    }
+}
+
+impl Stitcher {
+    /// A stitcher of `routed_experts`, the same as [`Stitcher::default`].
+    pub fn new() -> Stitcher {
+        Stitcher::default()
+    }
+
+    /// The same stitcher, also stitching `name` (adding a field twice is the
+    /// same as adding it once).
+    #[must_use]
+    pub fn field(mut self, name: impl Into<String>) -> Stitcher {
+        let name = name.into();
+        if !self.fields.contains(&name) {
+            self.fields.push(name);
+        }
+        self
+    }
+
+    /// The stitched fields, in the order they were added.
+    pub fn fields(&self) -> impl Iterator<Item = &str> + '_ {
+        self.fields.iter().map(String::as_str)
+    }
+
+    /// The by-handle P/D merge: writes into every decode choice's `payload`
+    /// the prefill's stitched segments followed by the decode's own, clipped at
+    /// the prefill's cut. See [`merge_routed_payload_in_json`] for the rules.
+    ///
+    /// # Errors
+    ///
+    /// See [`merge_routed_payload_in_json`]; on error `decode` is unchanged.
+    pub fn merge_routed_payload_in_json(
+        &self,
+        prefill: &Value,
+        decode: &mut Value,
+    ) -> Result<bool, Error> {
+        handle::merge(&self.fields, prefill, decode)
+    }
+
+    /// Whether `prefill.choices[0]` has rows to stitch: a non-null inline
+    /// `routed_experts`, or a payload segment of one of this stitcher's fields.
+    pub fn prefill_has_routed_experts(&self, prefill: &Value) -> bool {
+        handle::prefill_has_rows(&self.fields, prefill)
+    }
+}
+
+/// The by-handle P/D merge of the `routed_experts` segments of `prefill` into
+/// `decode`, in place.
+///
+/// Returns `Ok(false)`, leaving `decode` untouched, when neither side has a
+/// stitched segment; `Ok(true)` when the prefill's segments were stitched into
+/// every decode choice. The files the segments point at are never read.
+///
+/// The rules, in short (`docs/SPEC.md` has them in full, with the laws that
+/// the tests check):
+///
+/// - prefill segments come from `prefill.choices[0].payload` only;
+/// - for each field, `cut = max(pos + rows)` over the prefill's segments;
+/// - every decode choice's new `payload` is the prefill's stitched segments,
+///   as they are, then its own items in order, where a stitched segment is
+///   dropped when `pos + rows <= cut`, clipped to start at `cut` (with
+///   `offset` moved by the skipped rows' bytes) when `pos < cut`, and kept
+///   otherwise; other items pass through unchanged.
+///
+/// ```
+/// use pd_stitch::merge_routed_payload_in_json;
+/// use serde_json::json;
+///
+/// // Prefill rows [0, 3) and decode rows [2, 5) of uint16 (2, 4): 16-byte rows.
+/// let prefill = json!({"choices": [{"payload": [
+///     {"field": "routed_experts", "file": "p.bin", "offset": 0, "pos": 0, "rows": 3,
+///      "dtype": "uint16", "shape": [2, 4]}]}]});
+/// let mut decode = json!({"choices": [{"payload": [
+///     {"field": "routed_experts", "file": "d.bin", "offset": 0, "pos": 2, "rows": 3,
+///      "dtype": "uint16", "shape": [2, 4]},
+///     {"field": "sampling_mask", "file": "m.bin", "offset": 0, "pos": 2, "rows": 3,
+///      "dtype": "bool", "shape": [8]}]}]});
+///
+/// assert!(merge_routed_payload_in_json(&prefill, &mut decode)?);
+/// let payload = decode["choices"][0]["payload"].as_array().unwrap();
+/// assert_eq!(payload[0], prefill["choices"][0]["payload"][0]);
+/// assert_eq!((&payload[1]["pos"], &payload[1]["rows"], &payload[1]["offset"]), (&json!(3), &json!(2), &json!(16)));
+/// assert_eq!(payload[2]["field"], "sampling_mask"); // passes through
+/// # Ok::<(), pd_stitch::Error>(())
+/// ```
+///
+/// # Errors
+///
+/// On any error `decode` is exactly as it was.
+///
+/// - [`Error::Integer`]: a stitched segment's `pos`, `rows`, `offset` or a
+///   `shape` entry is not a JSON integer in `0..=u64::MAX`.
+/// - [`Error::Dtype`]: a stitched segment's `dtype` is not a supported name.
+/// - [`Error::Overflow`]: `itemsize * prod(shape)`, `pos + rows` or
+///   `offset + rows * row_bytes` does not fit in `u64`.
+/// - [`Error::MissingPrefillField`]: the decode has a stitched segment of a
+///   field the prefill has none of.
+/// - [`Error::Structure`]: a stitched segment's `shape` is not an array; or,
+///   with something to merge, `decode` is not an object, `decode.choices` not
+///   an array, a choice not an object, or a `payload` neither an array nor
+///   null.
+pub fn merge_routed_payload_in_json(prefill: &Value, decode: &mut Value) -> Result<bool, Error> {
+    handle::merge(&[ROUTED_EXPERTS], prefill, decode)
+}
+
+/// Whether `prefill.choices[0]` has `routed_experts` rows to stitch: a
+/// non-null inline `routed_experts`, or a `routed_experts` payload segment.
+///
+/// A router refuses a streaming P/D request when this is true: a stream cannot
+/// be stitched.
+///
+/// ```
+/// use pd_stitch::prefill_has_routed_experts;
+/// use serde_json::json;
+///
+/// assert!(prefill_has_routed_experts(&json!({"choices": [{"routed_experts": "k05VTVBZ"}]})));
+/// assert!(!prefill_has_routed_experts(&json!({"choices": [{"routed_experts": null}]})));
+/// assert!(!prefill_has_routed_experts(&json!({"choices": [{"payload": [{"field": "sampling_mask"}]}]})));
+/// ```
+pub fn prefill_has_routed_experts(prefill: &Value) -> bool {
+    handle::prefill_has_rows(&[ROUTED_EXPERTS], prefill)
+}
