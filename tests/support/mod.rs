@@ -1,0 +1,501 @@
+//! Test support: response generators and a deliberately naive reference model.
+//!
+//! The reference model knows nothing of intervals or of the crate's algebra. A
+//! side's segments are expanded position by position; a file is a map from byte
+//! address to a *tag* naming the (side, file, position, byte) that wrote it, so
+//! reading the bytes a merged segment points at tells exactly whose row it is.
+//! This is the in-memory file store of law L3: contents unique per (side, file,
+//! position), with no collisions possible.
+#![allow(dead_code)] // each test binary uses part of it
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, FileFailurePersistence};
+use serde_json::{json, Value};
+
+pub const RE: &str = "routed_experts";
+pub const W: &str = "routed_expert_weights";
+pub const MASK: &str = "sampling_mask";
+
+/// A proptest config whose regressions land in `proptest-regressions/` at the
+/// crate root (integration tests have no `lib.rs` beside them, so proptest's
+/// default would put them next to the test source). The case count comes from
+/// `PROPTEST_CASES` (256 when unset).
+pub fn config(regressions: &'static str) -> Config {
+    Config {
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(regressions))),
+        ..Config::default()
+    }
+}
+
+/// One payload segment as a test writes it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Seg {
+    pub field: String,
+    pub file: String,
+    pub offset: u64,
+    pub pos: u64,
+    pub rows: u64,
+    pub dtype: &'static str,
+    pub shape: Vec<u64>,
+    /// An unknown key the merge must carry along untouched.
+    pub extra: Option<Value>,
+}
+
+impl Seg {
+    pub fn to_json(&self) -> Value {
+        let mut v = json!({
+            "field": self.field, "file": self.file, "offset": self.offset,
+            "pos": self.pos, "rows": self.rows, "dtype": self.dtype, "shape": self.shape,
+        });
+        if let Some(extra) = &self.extra {
+            v["x-extra"] = extra.clone();
+        }
+        v
+    }
+}
+
+/// A payload item: a segment, or any other JSON value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Item {
+    Seg(Seg),
+    Raw(Value),
+}
+
+impl Item {
+    pub fn to_json(&self) -> Value {
+        match self {
+            Item::Seg(seg) => seg.to_json(),
+            Item::Raw(v) => v.clone(),
+        }
+    }
+}
+
+/// A decode choice's `payload`: absent, `null`, or a list.
+#[derive(Clone, Debug)]
+pub enum Payload {
+    Absent,
+    Null,
+    Items(Vec<Item>),
+}
+
+/// A prefill/decode response pair: the prefill's `choices[0].payload`, and
+/// each decode choice's payload.
+#[derive(Clone, Debug)]
+pub struct Pair {
+    pub prefill: Vec<Item>,
+    pub decode: Vec<Payload>,
+}
+
+impl Pair {
+    pub fn prefill_json(&self) -> Value {
+        let payload: Vec<Value> = self.prefill.iter().map(Item::to_json).collect();
+        json!({
+            "id": "cmpl-prefill", "object": "text_completion",
+            "choices": [{"index": 0, "token_ids": [7], "finish_reason": "length", "payload": payload}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 1},
+        })
+    }
+
+    pub fn decode_json(&self) -> Value {
+        let choices: Vec<Value> = self
+            .decode
+            .iter()
+            .enumerate()
+            .map(|(i, payload)| {
+                let mut choice = json!({"index": i, "token_ids": [1, 2, 3], "logprobs": null});
+                match payload {
+                    Payload::Absent => {}
+                    Payload::Null => choice["payload"] = Value::Null,
+                    Payload::Items(items) => {
+                        choice["payload"] = Value::Array(items.iter().map(Item::to_json).collect())
+                    }
+                }
+                choice
+            })
+            .collect();
+        json!({"id": "cmpl-decode", "object": "text_completion", "choices": choices, "usage": {}})
+    }
+}
+
+// ----------------------------------------------------------------------------
+// The naive reference model.
+// ----------------------------------------------------------------------------
+
+/// Whether a JSON payload item is stitched under `fields` (spelled out again
+/// here, independently of the crate).
+pub fn is_stitched(item: &Value, fields: &[&str]) -> bool {
+    item.get("field")
+        .and_then(Value::as_str)
+        .is_some_and(|f| fields.contains(&f))
+        && item.is_object()
+}
+
+pub fn num(seg: &Value, key: &str) -> u64 {
+    seg[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{key} of {seg}"))
+}
+
+/// Row size in bytes, in u128 so that the model cannot overflow.
+pub fn row_bytes(seg: &Value) -> u128 {
+    let itemsize: u128 = match seg["dtype"].as_str().unwrap() {
+        "bool" | "int8" | "uint8" => 1,
+        "int16" | "uint16" | "float16" | "bfloat16" => 2,
+        "int32" | "uint32" | "float32" => 4,
+        "int64" | "uint64" | "float64" => 8,
+        other => panic!("dtype {other}"),
+    };
+    seg["shape"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .fold(itemsize, |acc, d| acc * u128::from(d.as_u64().unwrap()))
+}
+
+/// Every position a segment covers, one by one (test segments are short).
+pub fn positions(seg: &Value) -> impl Iterator<Item = u64> {
+    let (pos, rows) = (num(seg, "pos"), num(seg, "rows"));
+    assert!(rows <= 4096, "test segments are short");
+    (0..rows).map(move |i| pos + i)
+}
+
+/// Position -> indices (into `payload`) of the `field` segments covering it.
+pub fn coverage(payload: &[Value], field: &str) -> BTreeMap<u64, Vec<usize>> {
+    let mut cov: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
+    for (i, seg) in payload.iter().enumerate() {
+        if is_stitched(seg, &[field]) {
+            for x in positions(seg) {
+                cov.entry(x).or_default().push(i);
+            }
+        }
+    }
+    cov
+}
+
+pub fn positions_of(payload: &[Value], field: &str) -> BTreeSet<u64> {
+    coverage(payload, field).into_keys().collect()
+}
+
+/// The cut of `field`, computed naively: the largest `pos + rows`.
+pub fn naive_cut(prefill: &[Value], field: &str) -> Option<u64> {
+    prefill
+        .iter()
+        .filter(|s| is_stitched(s, &[field]))
+        .map(|s| num(s, "pos") + num(s, "rows"))
+        .max()
+}
+
+/// Who wrote a byte: the writer (side and choice), file, position, byte index
+/// within the row.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Tag {
+    pub writer: String,
+    pub file: String,
+    pub pos: u64,
+    pub byte: u128,
+}
+
+/// An in-memory file store: file -> byte address -> tag.
+#[derive(Default, Debug)]
+pub struct Store {
+    files: HashMap<String, HashMap<u128, Tag>>,
+}
+
+impl Store {
+    /// Writes every row of every segment of `fields` in `payload`, tagged with
+    /// `writer` (e.g. `"decode choice 1"`).
+    pub fn write(&mut self, writer: &str, payload: &[Value], fields: &[&str]) {
+        for seg in payload.iter().filter(|s| is_stitched(s, fields)) {
+            let file = seg["file"].as_str().unwrap().to_owned();
+            let rb = row_bytes(seg);
+            for x in positions(seg) {
+                let base = address(seg, x);
+                for byte in 0..rb {
+                    let tag = Tag {
+                        writer: writer.to_owned(),
+                        file: file.clone(),
+                        pos: x,
+                        byte,
+                    };
+                    let old = self
+                        .files
+                        .entry(file.clone())
+                        .or_default()
+                        .insert(base + byte, tag.clone());
+                    assert!(
+                        old.is_none() || old == Some(tag),
+                        "test layout writes one byte twice"
+                    );
+                }
+            }
+        }
+    }
+
+    /// The tags of the row of position `x` that `seg` points at; `None` for a
+    /// byte nobody wrote.
+    pub fn read(&self, seg: &Value, x: u64) -> Vec<Option<Tag>> {
+        let file = self.files.get(seg["file"].as_str().unwrap());
+        let base = address(seg, x);
+        (0..row_bytes(seg))
+            .map(|byte| file.and_then(|f| f.get(&(base + byte))).cloned())
+            .collect()
+    }
+}
+
+/// The byte address of position `x`'s row in `seg`, in u128.
+pub fn address(seg: &Value, x: u64) -> u128 {
+    let (pos, offset) = (num(seg, "pos"), num(seg, "offset"));
+    assert!(x >= pos);
+    u128::from(offset) + u128::from(x - pos) * row_bytes(seg)
+}
+
+pub fn payload(choice: &Value) -> Vec<Value> {
+    choice
+        .get("payload")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+// ----------------------------------------------------------------------------
+// Generators.
+// ----------------------------------------------------------------------------
+
+fn dtype() -> impl Strategy<Value = &'static str> {
+    prop_oneof![Just("uint8"), Just("uint16")]
+}
+
+/// `[start, start + len)` split into at most `max_parts` consecutive
+/// non-empty parts, as (pos, rows).
+fn split(start: u64, len: u64, max_parts: usize) -> impl Strategy<Value = Vec<(u64, u64)>> {
+    let interior: Vec<u64> = (1..len).collect();
+    let most = interior.len().min(max_parts - 1);
+    proptest::sample::subsequence(interior, 0..=most).prop_map(move |cuts| {
+        let mut bounds = vec![0];
+        bounds.extend(cuts);
+        bounds.push(len);
+        bounds
+            .windows(2)
+            .map(|w| (start + w[0], w[1] - w[0]))
+            .collect()
+    })
+}
+
+/// The by-handle writer, as a real 1P1D deployment runs it: the prefill
+/// computes rows `[0, P)` (1-3 segments, back to back in one file); each decode
+/// choice computes rows `[P - 1, P + C - 1)` from its first forward, split into
+/// 1-4 segments where preemptions happened, back to back in the decode file,
+/// with a `sampling_mask` segment of the completion mixed in.
+pub fn writer_pair() -> impl Strategy<Value = Pair> {
+    (
+        1u64..=12,
+        1u64..=12,
+        1usize..=4,
+        dtype(),
+        1u64..=3,
+        1u64..=2,
+    )
+        .prop_flat_map(|(p, c, n, dtype, layers, topk)| {
+            let decode = proptest::collection::vec(
+                (
+                    split(p - 1, c, 4),
+                    any::<prop::sample::Index>(),
+                    any::<bool>(),
+                ),
+                n,
+            );
+            (split(0, p, 3), decode, Just((dtype, vec![layers, topk])))
+        })
+        .prop_map(|(prefill_parts, decode_parts, (dtype, shape))| {
+            let row = if dtype == "uint8" { 1 } else { 2 } * shape.iter().product::<u64>();
+            let seg = |file: &str, offset: u64, (pos, rows): (u64, u64)| Seg {
+                field: RE.into(),
+                file: file.into(),
+                offset,
+                pos,
+                rows,
+                dtype,
+                shape: shape.clone(),
+                extra: None,
+            };
+            let mut offset = 0;
+            let prefill = prefill_parts
+                .into_iter()
+                .map(|part| {
+                    let s = seg("p.bin", offset, part);
+                    offset += part.1 * row;
+                    Item::Seg(s)
+                })
+                .collect();
+            let mut offset = 4096;
+            let decode = decode_parts
+                .into_iter()
+                .enumerate()
+                .map(|(i, (parts, mask_at, with_mask))| {
+                    let (first, last) =
+                        (parts[0].0, parts.iter().map(|&(p, r)| p + r).max().unwrap());
+                    let mut items: Vec<Item> = parts
+                        .into_iter()
+                        .map(|part| {
+                            let s = seg("d.bin", offset, part);
+                            offset += part.1 * row;
+                            Item::Seg(s)
+                        })
+                        .collect();
+                    if with_mask {
+                        let mask = Seg {
+                            field: MASK.into(),
+                            file: format!("m{i}.bin"),
+                            offset: first * 8,
+                            pos: first,
+                            rows: last - first,
+                            dtype: "bool",
+                            shape: vec![8],
+                            extra: None,
+                        };
+                        items.insert(mask_at.index(items.len() + 1), Item::Seg(mask));
+                    }
+                    Payload::Items(items)
+                })
+                .collect();
+            Pair { prefill, decode }
+        })
+}
+
+/// Positions anywhere in `u64`: small ones, and ones close to `u64::MAX`.
+fn base() -> impl Strategy<Value = u64> {
+    prop_oneof![3 => 0u64..24, 1 => (u64::MAX - 96)..=(u64::MAX - 64)]
+}
+
+/// Byte offsets, small or close to `u64::MAX` (leaving room for short rows).
+fn offset() -> impl Strategy<Value = u64> {
+    prop_oneof![3 => 0u64..1000, 1 => (u64::MAX - 400)..=(u64::MAX - 200)]
+}
+
+/// Segments of one field on one side: up to 3 of them, each 0-4 rows long,
+/// from `base` on. When `disjoint`, they are laid one after another with gaps
+/// of 0-3 positions (then shuffled); otherwise each starts anywhere in a short
+/// window, so they may overlap each other.
+fn field_segments(
+    writer: String,
+    field: &'static str,
+    base: u64,
+    disjoint: bool,
+    min: usize,
+) -> impl Strategy<Value = Vec<Seg>> {
+    proptest::collection::vec(
+        (
+            0u64..=3,
+            0u64..=4,
+            offset(),
+            dtype(),
+            0u64..=2,
+            any::<bool>(),
+        ),
+        min..=3,
+    )
+    .prop_map(move |parts| {
+        let mut next = base;
+        parts
+            .into_iter()
+            .enumerate()
+            .map(|(i, (gap, rows, offset, dtype, width, extra))| {
+                let pos = if disjoint { next + gap } else { base + gap * 2 };
+                next = pos + rows;
+                Seg {
+                    field: field.into(),
+                    file: format!("{writer}-{field}-{i}.bin"),
+                    offset,
+                    pos,
+                    rows,
+                    dtype,
+                    shape: if width == 0 { vec![] } else { vec![width, 1] },
+                    extra: extra.then(|| json!({"trace": [&writer, i]})),
+                }
+            })
+            .collect()
+    })
+    .prop_shuffle()
+}
+
+/// Non-stitched payload items, malformed ones included: they must pass through.
+pub fn raw_item() -> impl Strategy<Value = Item> {
+    prop_oneof![
+        Just(json!({"field": MASK, "file": "m.bin", "offset": 0, "pos": 1, "rows": 2, "dtype": "bool", "shape": [4]})),
+        Just(json!({"field": MASK, "pos": -1, "rows": "x", "dtype": "nope"})),
+        Just(json!({"field": 7, "pos": 0})),
+        Just(json!({"pos": 0, "rows": 1})),
+        Just(json!("a string")),
+        Just(json!(42)),
+        Just(json!(null)),
+        Just(json!([{"field": RE}])),
+        Just(json!({"field": "routed_experts_v2", "pos": 3.5})),
+    ]
+    .prop_map(Item::Raw)
+}
+
+/// Mixes `raw` items into `segs` at random places.
+fn mix(segs: Vec<Seg>, raw: Vec<(Item, prop::sample::Index)>) -> Vec<Item> {
+    let mut items: Vec<Item> = segs.into_iter().map(Item::Seg).collect();
+    for (item, at) in raw {
+        let i = at.index(items.len() + 1);
+        items.insert(i, item);
+    }
+    items
+}
+
+/// Arbitrary layouts over the stitched fields `{RE, W}`: gaps, overlaps
+/// across sides, empty segments, positions and offsets near `u64::MAX`,
+/// dtypes and widths that differ between segments, unknown keys, and
+/// non-stitched items. The prefill always has a segment of `RE` (possibly an
+/// empty one) and the decode only uses fields the prefill has, so the merge
+/// succeeds. Within one side and field, segments are disjoint when `disjoint`.
+pub fn arbitrary_pair(disjoint: bool) -> impl Strategy<Value = Pair> {
+    (base(), any::<bool>(), -6i64..=10, 1usize..=3)
+        .prop_flat_map(move |(base, with_w, shift, n)| {
+            let dbase = if shift < 0 {
+                base.saturating_sub(shift.unsigned_abs())
+            } else {
+                base + shift as u64
+            };
+            let raw =
+                || proptest::collection::vec((raw_item(), any::<prop::sample::Index>()), 0..=2);
+            let prefill = (
+                field_segments("prefill".into(), RE, base, disjoint, 1),
+                field_segments("prefill".into(), W, base, disjoint, usize::from(with_w)),
+                raw(),
+            )
+                .prop_map(move |(re, w, raw)| {
+                    let mut segs = re;
+                    if with_w {
+                        segs.extend(w);
+                    }
+                    mix(segs, raw)
+                });
+            let choices: Vec<_> = (0..n)
+                .map(|i| {
+                    (
+                        field_segments(format!("decode{i}"), RE, dbase, disjoint, 0),
+                        field_segments(format!("decode{i}"), W, dbase, disjoint, 0),
+                        raw(),
+                        0u8..8,
+                    )
+                        .prop_map(move |(re, w, raw, kind)| match kind {
+                            0 => Payload::Absent,
+                            1 => Payload::Null,
+                            _ => {
+                                let mut segs = re;
+                                if with_w {
+                                    segs.extend(w);
+                                }
+                                Payload::Items(mix(segs, raw))
+                            }
+                        })
+                })
+                .collect();
+            (prefill, choices)
+        })
+        .prop_map(|(prefill, decode)| Pair { prefill, decode })
+}
