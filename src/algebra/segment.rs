@@ -202,6 +202,7 @@ impl<F> Segment<F> {
 ///
 /// assert_eq!(row_bytes(Dtype::Uint16, &[48, 8]), Ok(768));
 /// assert_eq!(row_bytes(Dtype::Uint8, &[]), Ok(1));
+/// assert_eq!(row_bytes(Dtype::Uint8, &[u64::MAX, 0]), Ok(0));
 /// assert!(row_bytes(Dtype::Uint64, &[1 << 32, 1 << 32]).is_err());
 /// ```
 ///
@@ -209,6 +210,13 @@ impl<F> Segment<F> {
 ///
 /// [`Overflow::RowBytes`] when the product does not fit in `u64`.
 pub fn row_bytes(dtype: Dtype, shape: &[u64]) -> Result<u64, Overflow> {
+    // A zero dimension makes the row empty whatever the others are; checking
+    // the product factor by factor would report an overflow that isn't one.
+    if shape.contains(&0) {
+        return Ok(0);
+    }
+    // With every factor >= 1 the partial products never shrink, so a partial
+    // product that overflows means the whole product does.
     shape
         .iter()
         .try_fold(dtype.itemsize(), |acc, &dim| acc.checked_mul(dim))
@@ -299,6 +307,24 @@ mod tests {
         assert!(Segment::new("f", (), u64::MAX - 2, 0, 1, Dtype::Uint16, vec![]).is_ok());
         assert!(Segment::new("f", (), 0, u64::MAX, 0, Dtype::Uint8, vec![]).is_ok());
         assert!(Segment::new("f", (), 0, 0, u64::MAX, Dtype::Uint8, vec![0]).is_ok());
+    }
+
+    #[test]
+    fn a_zero_dimension_makes_rows_empty_however_large_the_others() {
+        // Regression: the product was checked factor by factor, so a large
+        // dimension before a zero overflowed although prod(shape) is 0.
+        assert_eq!(row_bytes(Dtype::Int16, &[u64::MAX - 40, 0]), Ok(0));
+        assert_eq!(row_bytes(Dtype::Uint8, &[0, u64::MAX, u64::MAX]), Ok(0));
+        let seg = Segment::new(
+            "f",
+            (),
+            u64::MAX,
+            3,
+            u64::MAX - 3,
+            Dtype::Uint64,
+            vec![1 << 40, 1 << 40, 0],
+        );
+        assert_eq!(seg.map(|s| s.byte_range()), Ok(u64::MAX..u64::MAX));
     }
 
     #[test]
