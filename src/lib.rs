@@ -81,6 +81,11 @@ pub use algebra::{
     UnknownDtype,
 };
 pub use error::{Error, Location, Side, Step};
+// The README's examples run as doc tests, so they cannot go stale.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 pub use stitcher::{
     merge_routed_payload_in_json, prefill_has_routed_experts, Stitcher, ROUTED_EXPERTS,
 };

@@ -1,0 +1,141 @@
+//! Totality: no JSON makes an entry point panic, and a failed or empty merge
+//! leaves the decode response as it was.
+
+mod support;
+
+use pd_stitch::Stitcher;
+use proptest::prelude::*;
+use serde_json::{json, Map, Value};
+use support::*;
+
+/// The keys the crate reads, so that random trees reach deep into its paths.
+const KEYS: [&str; 12] = [
+    "choices",
+    "payload",
+    "field",
+    "pos",
+    "rows",
+    "offset",
+    "dtype",
+    "shape",
+    "file",
+    "routed_experts",
+    "data",
+    "start",
+];
+
+fn leaf() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        prop_oneof![
+            Just(u64::MAX),
+            Just(u64::MAX - 1),
+            Just(1 << 63),
+            Just(0u64),
+            Just(1u64)
+        ]
+        .prop_map(Value::from),
+        any::<f64>().prop_map(|f| json!(f)),
+        prop_oneof![
+            Just("routed_experts"),
+            Just("routed_expert_weights"),
+            Just("uint8"),
+            Just("uint16"),
+            Just("sampling_mask"),
+            Just(""),
+            Just("é\u{0}")
+        ]
+        .prop_map(Value::from),
+        ".{0,8}".prop_map(Value::from),
+    ]
+}
+
+fn tree() -> impl Strategy<Value = Value> {
+    leaf().prop_recursive(6, 96, 6, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            proptest::collection::vec(
+                (prop_oneof![4 => proptest::sample::select(KEYS.to_vec()).prop_map(str::to_owned), 1 => "[a-z]{1,4}"], inner),
+                0..6
+            )
+            .prop_map(|entries| Value::Object(entries.into_iter().collect::<Map<String, Value>>())),
+        ]
+    })
+}
+
+/// A valid pair with one random subtree replaced by a random tree: most of
+/// the structure is right, so the merge gets deep before it meets the damage.
+fn damaged_pair() -> impl Strategy<Value = (Value, Value)> {
+    (
+        arbitrary_pair(false),
+        tree(),
+        any::<bool>(),
+        any::<prop::sample::Index>(),
+    )
+        .prop_map(|(pair, junk, on_decode, at)| {
+            let (mut prefill, mut decode) = (pair.prefill_json(), pair.decode_json());
+            let target = if on_decode { &mut decode } else { &mut prefill };
+            let mut paths = Vec::new();
+            collect_paths(target, String::new(), &mut paths);
+            let path = at.get(&paths).clone();
+            if let Some(slot) = target.pointer_mut(&path) {
+                *slot = junk;
+            }
+            (prefill, decode)
+        })
+}
+
+fn collect_paths(v: &Value, here: String, out: &mut Vec<String>) {
+    out.push(here.clone());
+    match v {
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .for_each(|(i, x)| collect_paths(x, format!("{here}/{i}"), out)),
+        Value::Object(map) => map
+            .iter()
+            .for_each(|(k, x)| collect_paths(x, format!("{here}/{k}"), out)),
+        _ => {}
+    }
+}
+
+fn check_total(prefill: &Value, decode: &Value) -> Result<(), TestCaseError> {
+    let stitchers = [
+        Stitcher::new(),
+        Stitcher::new().field("routed_expert_weights"),
+    ];
+    for stitcher in &stitchers {
+        let _ = stitcher.prefill_has_routed_experts(prefill);
+        let mut after = decode.clone();
+        match stitcher.merge_routed_payload_in_json(prefill, &mut after) {
+            Ok(true) => {}
+            Ok(false) | Err(_) => prop_assert_eq!(&after, decode),
+        }
+    }
+    let _ = pd_stitch::prefill_has_routed_experts(prefill);
+    let mut after = decode.clone();
+    if !matches!(
+        pd_stitch::merge_routed_payload_in_json(prefill, &mut after),
+        Ok(true)
+    ) {
+        prop_assert_eq!(&after, decode);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(config("proptest-regressions/totality.txt"))]
+
+    #[test]
+    fn arbitrary_json_never_panics(prefill in tree(), decode in tree()) {
+        check_total(&prefill, &decode)?;
+    }
+
+    #[test]
+    fn damaged_pairs_never_panic((prefill, decode) in damaged_pair()) {
+        check_total(&prefill, &decode)?;
+    }
+}
