@@ -9,14 +9,18 @@
 //!
 //! The variants sort errors by what a caller may want to do about them: a
 //! malformed response ([`Error::Structure`], [`Error::Integer`],
-//! [`Error::Dtype`]), numbers that do not fit ([`Error::Overflow`]), or two
-//! responses that cannot be stitched ([`Error::MissingPrefillField`]).
+//! [`Error::Dtype`], [`Error::Base64`], [`Error::Npy`], [`Error::Length`]),
+//! numbers that do not fit ([`Error::Overflow`]), or two responses that cannot
+//! be stitched ([`Error::MissingPrefillField`], [`Error::MissingDecodeRows`],
+//! [`Error::FormMismatch`], [`Error::RowShapeMismatch`],
+//! [`Error::DtypeMismatch`], [`Error::Coverage`]).
 
 use std::fmt::{self, Write as _};
 
 use serde_json::Value;
 
-use crate::algebra::Overflow;
+use crate::algebra::{Dtype, Overflow, Rows};
+use crate::inline::{Base64Error, Form, NpyError};
 
 /// Which of the two responses a [`Location`] is in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -169,15 +173,94 @@ pub enum Error {
         /// Which quantity overflowed, with the values it came from.
         overflow: Overflow,
     },
-    /// A decode segment of a stitched field that the prefill has no segment
-    /// of: the prompt's rows of that field are missing, so the two responses
-    /// cannot be stitched.
-    #[error("{at}: field {field:?} has decode rows but prefill choices[0].payload has no segment of it, so the prompt's rows are missing")]
+    /// The decode has rows of a stitched field (a payload segment, or inline
+    /// `routed_experts`) that the prefill has none of: the prompt's rows of
+    /// that field are missing, so the two responses cannot be stitched.
+    #[error("{at}: the decode has rows of field {field:?} but prefill choices[0] has none, so the prompt's rows are missing")]
     MissingPrefillField {
-        /// The decode segment.
+        /// The decode rows.
         at: Location,
         /// The field.
         field: String,
+    },
+    /// The prefill has inline rows but this decode choice has none.
+    #[error("{at}: the prefill has inline routed_experts but this decode choice has none")]
+    MissingDecodeRows {
+        /// The decode choice's `routed_experts`.
+        at: Location,
+    },
+    /// Inline rows whose base64 is not canonical standard base64 with
+    /// padding.
+    #[error("{at}: invalid base64: {error}")]
+    Base64 {
+        /// The base64 text.
+        at: Location,
+        /// What is wrong, and where in the text.
+        error: Base64Error,
+    },
+    /// An inline `.npy` value that is not a readable 3-d array of rows.
+    #[error("{at}: {error}")]
+    Npy {
+        /// The `.npy` string.
+        at: Location,
+        /// What is wrong.
+        error: NpyError,
+    },
+    /// Compact rows whose `data` does not hold `seq * layers * topk *
+    /// itemsize` bytes.
+    #[error("{at}: decodes to {got} bytes, but shape and dtype need {expected}")]
+    Length {
+        /// The `data` key.
+        at: Location,
+        /// `seq * layers * topk * itemsize`.
+        expected: u64,
+        /// The decoded length.
+        got: u64,
+    },
+    /// Inline rows of the two sides in different forms (compact and npy).
+    #[error("{at}: rows are {decode} but the prefill's are {prefill}")]
+    FormMismatch {
+        /// The decode choice's `routed_experts`.
+        at: Location,
+        /// The prefill's form.
+        prefill: Form,
+        /// The decode's form.
+        decode: Form,
+    },
+    /// Inline rows of the two sides with different `(layers, topk)`.
+    #[error("{at}: rows have shape {decode:?} but the prefill's have {prefill:?}")]
+    RowShapeMismatch {
+        /// The decode choice's `routed_experts`.
+        at: Location,
+        /// The prefill's `[layers, topk]`.
+        prefill: Vec<u64>,
+        /// The decode's `[layers, topk]`.
+        decode: Vec<u64>,
+    },
+    /// Inline rows of dtypes that cannot be merged: only unsigned integers
+    /// widen (`uint8 < uint16 < uint32 < uint64`), and npy output keeps the
+    /// decode's dtype, so there only a narrower prefill is widened.
+    #[error("{at}: {form} rows of dtype {decode} cannot be merged with the prefill's {prefill} (only unsigned integers widen{})", if *form == Form::Npy { ", and npy keeps the decode's dtype" } else { "" })]
+    DtypeMismatch {
+        /// The decode choice's `routed_experts`.
+        at: Location,
+        /// The rows' form.
+        form: Form,
+        /// The prefill's dtype.
+        prefill: Dtype,
+        /// The decode's dtype.
+        decode: Dtype,
+    },
+    /// Inline decode rows that do not reach the cut from at or before it:
+    /// they start after it (a gap) or end before it (too few rows).
+    #[error("{at}: decode rows {decode} must contain the cut {cut} (prefill rows end there); {}", if decode.start() > *cut { "positions between them would be missing" } else { "there are too few rows" })]
+    Coverage {
+        /// The decode choice's `routed_experts`.
+        at: Location,
+        /// One past the prefill's last row.
+        cut: u64,
+        /// The decode's positions.
+        decode: Rows,
     },
 }
 
@@ -189,7 +272,15 @@ impl Error {
             | Error::Integer { at, .. }
             | Error::Dtype { at, .. }
             | Error::Overflow { at, .. }
-            | Error::MissingPrefillField { at, .. } => at,
+            | Error::MissingPrefillField { at, .. }
+            | Error::MissingDecodeRows { at }
+            | Error::Base64 { at, .. }
+            | Error::Npy { at, .. }
+            | Error::Length { at, .. }
+            | Error::FormMismatch { at, .. }
+            | Error::RowShapeMismatch { at, .. }
+            | Error::DtypeMismatch { at, .. }
+            | Error::Coverage { at, .. } => at,
         }
     }
 }

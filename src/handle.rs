@@ -1,63 +1,131 @@
-//! The by-handle merge on JSON: `choices[i].payload` segment lists.
+//! Rows by handle: the `choices[i].payload` segment lists.
 //!
-//! This module maps JSON to the [algebra](crate::algebra) and back; the merge
-//! rule itself is [`Cuts::clip`]. It works in two phases so that an error can
-//! never leave the decode response half-merged:
-//!
-//! 1. **Plan** (reads only): find the prefill's stitched segments, validate
-//!    them and compute the cuts; walk every decode choice, validate each
-//!    stitched segment and decide its fate (keep, drop, clip). Any error
-//!    returns here, before anything is written.
-//! 2. **Apply** (cannot fail): rewrite each choice's `payload` from the plan,
-//!    moving the decode's own segment objects rather than copying them.
+//! This module maps payload JSON to the [algebra](crate::algebra) and back; the
+//! merge rule itself is [`Cuts::clip`]. Its part of the merge [plan](crate::merge)
+//! is, for each decode choice, the fate of every payload item (keep, drop,
+//! clip); applying it moves the decode's own segment objects rather than
+//! copying them.
 
 use serde_json::{Map, Value};
 
-use crate::algebra::{cut, Cuts, Dtype, Segment};
-use crate::error::{describe, Error, Location, Side};
+use crate::algebra::{cut, Cuts, Segment};
+use crate::error::{Error, Location, Side};
+use crate::json::{self, choice_at};
 
-/// The by-handle merge for the stitched fields `fields`.
-pub(crate) fn merge<S: AsRef<str>>(
-    fields: &[S],
-    prefill: &Value,
-    decode: &mut Value,
-) -> Result<bool, Error> {
-    let mut prefix = Vec::new();
-    let mut segments = Vec::new();
-    for (j, item) in prefill_payload(prefill).iter().enumerate() {
-        if let Some((field, object)) = stitched(fields, item) {
-            segments.push(parse_segment(field, object, &|| {
-                item_at(Side::Prefill, 0, j)
-            })?);
-            prefix.push(item);
+/// The prefill's side of the by-handle merge: its stitched segments (the JSON
+/// objects, copied into every decode choice as they are) and their cuts.
+pub(crate) struct Prefill<'p> {
+    prefix: Vec<&'p Value>,
+    cuts: Cuts,
+}
+
+impl<'p> Prefill<'p> {
+    /// Reads and validates the prefill's stitched segments; `None` when it has
+    /// none.
+    pub(crate) fn read<S: AsRef<str>>(
+        fields: &[S],
+        prefill: &'p Value,
+    ) -> Result<Option<Prefill<'p>>, Error> {
+        let mut prefix = Vec::new();
+        let mut segments = Vec::new();
+        for (j, item) in prefill_payload(prefill).iter().enumerate() {
+            if let Some((field, object)) = stitched(fields, item) {
+                segments.push(parse_segment(field, object, &|| {
+                    item_at(Side::Prefill, 0, j)
+                })?);
+                prefix.push(item);
+            }
         }
+        if segments.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Prefill {
+            prefix,
+            cuts: cut(&segments),
+        }))
     }
-    if segments.is_empty() {
-        return match first_orphan(fields, decode) {
-            Some(err) => Err(err),
-            None => Ok(false),
+
+    /// Validates decode choice `i` and decides the fate of each of its payload
+    /// items, writing nothing.
+    pub(crate) fn plan<S: AsRef<str>>(
+        &self,
+        fields: &[S],
+        choice: &Map<String, Value>,
+        i: usize,
+    ) -> Result<Plan, Error> {
+        let fates = match choice.get("payload") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(items)) => items
+                .iter()
+                .enumerate()
+                .map(|(j, item)| fate(fields, &self.cuts, item, || item_at(Side::Decode, i, j)))
+                .collect::<Result<Vec<Fate>, Error>>()?,
+            Some(other) => {
+                return Err(Error::Structure {
+                    at: choice_at(Side::Decode, i).key("payload"),
+                    expected: "an array or null",
+                    got: crate::error::describe(Some(other)),
+                })
+            }
         };
+        Ok(Plan { fates })
     }
-    let cuts = cut(&segments);
-    let plan = plan(fields, &cuts, decode)?;
-    apply(plan, &prefix);
-    Ok(true)
+
+    /// Gives `choice` its merged payload, as `plan` decided. Cannot fail.
+    pub(crate) fn apply(&self, plan: Plan, choice: &mut Map<String, Value>) {
+        // Take the old items out in place (not `remove`, which may reorder the
+        // keys of a map under serde_json's `preserve_order`).
+        let items = match choice.get_mut("payload") {
+            Some(Value::Array(items)) => std::mem::take(items),
+            _ => Vec::new(),
+        };
+        let mut merged = Vec::with_capacity(self.prefix.len() + items.len());
+        merged.extend(self.prefix.iter().map(|&segment| segment.clone()));
+        for (mut item, fate) in items.into_iter().zip(plan.fates) {
+            match fate {
+                Fate::Keep => merged.push(item),
+                Fate::Drop => {}
+                Fate::Clip { pos, rows, offset } => {
+                    if let Value::Object(segment) = &mut item {
+                        segment.insert("pos".to_owned(), pos.into());
+                        segment.insert("rows".to_owned(), rows.into());
+                        segment.insert("offset".to_owned(), offset.into());
+                    }
+                    merged.push(item);
+                }
+            }
+        }
+        choice.insert("payload".to_owned(), Value::Array(merged));
+    }
+}
+
+/// The fate of each payload item of one decode choice, in order.
+pub(crate) struct Plan {
+    fates: Vec<Fate>,
+}
+
+/// What the merge does with one item of a decode payload.
+enum Fate {
+    /// Pass it through as it is: a non-stitched item, or a stitched segment
+    /// that starts at or after its cut.
+    Keep,
+    /// Leave it out: a stitched segment that ends at or before its cut.
+    Drop,
+    /// Rewrite its `pos`, `rows` and `offset` to these.
+    Clip { pos: u64, rows: u64, offset: u64 },
 }
 
 /// Whether `prefill.choices[0]` carries rows to stitch: a non-null inline
 /// `routed_experts`, or a payload segment of one of `fields`.
 pub(crate) fn prefill_has_rows<S: AsRef<str>>(fields: &[S], prefill: &Value) -> bool {
-    let inline = prefill_choice(prefill)
-        .and_then(|choice| choice.get("routed_experts"))
-        .is_some_and(|value| !value.is_null());
-    inline
+    crate::inline::prefill_rows(prefill).is_some()
         || prefill_payload(prefill)
             .iter()
             .any(|item| stitched(fields, item).is_some())
 }
 
 /// `prefill.choices[0]`, when the prefill has one that is an object.
-fn prefill_choice(prefill: &Value) -> Option<&Map<String, Value>> {
+pub(crate) fn prefill_choice(prefill: &Value) -> Option<&Map<String, Value>> {
     prefill.get("choices")?.get(0)?.as_object()
 }
 
@@ -88,11 +156,7 @@ fn stitched<'v, S: AsRef<str>>(
 
 /// `side choices[choice].payload[item]`.
 fn item_at(side: Side, choice: usize, item: usize) -> Location {
-    Location::root(side)
-        .key("choices")
-        .index(choice)
-        .key("payload")
-        .index(item)
+    choice_at(side, choice).key("payload").index(item)
 }
 
 /// Validates a stitched segment object and maps it into the algebra. The file
@@ -102,47 +166,24 @@ fn parse_segment(
     object: &Map<String, Value>,
     at: &dyn Fn() -> Location,
 ) -> Result<Segment<()>, Error> {
-    let pos = integer(object.get("pos"), || at().key("pos"))?;
-    let rows = integer(object.get("rows"), || at().key("rows"))?;
-    let offset = integer(object.get("offset"), || at().key("offset"))?;
-    let dtype = object
-        .get("dtype")
-        .and_then(Value::as_str)
-        .and_then(|name| name.parse::<Dtype>().ok())
-        .ok_or_else(|| Error::Dtype {
-            at: at().key("dtype"),
-            got: describe(object.get("dtype")),
-        })?;
-    let shape = match object.get("shape") {
-        Some(Value::Array(dims)) => dims
-            .iter()
-            .enumerate()
-            .map(|(k, dim)| integer(Some(dim), || at().key("shape").index(k)))
-            .collect::<Result<Vec<u64>, Error>>()?,
-        other => {
-            return Err(Error::Structure {
-                at: at().key("shape"),
-                expected: "an array of non-negative integers",
-                got: describe(other),
-            })
-        }
-    };
+    let pos = json::integer(object.get("pos"), || at().key("pos"))?;
+    let rows = json::integer(object.get("rows"), || at().key("rows"))?;
+    let offset = json::integer(object.get("offset"), || at().key("offset"))?;
+    let dtype = json::dtype(object.get("dtype"), || at().key("dtype"))?;
+    let shape = json::shape(
+        object.get("shape"),
+        None,
+        "an array of non-negative integers",
+        || at().key("shape"),
+    )?;
     Segment::new(field, (), offset, pos, rows, dtype, shape)
         .map_err(|overflow| Error::Overflow { at: at(), overflow })
-}
-
-/// A JSON integer in `0..=u64::MAX`, or [`Error::Integer`] at `at()`.
-fn integer(value: Option<&Value>, at: impl FnOnce() -> Location) -> Result<u64, Error> {
-    value.and_then(Value::as_u64).ok_or_else(|| Error::Integer {
-        at: at(),
-        got: describe(value),
-    })
 }
 
 /// The first error a decode stitched segment causes when the prefill has none:
 /// its own validation error, or else [`Error::MissingPrefillField`]. With
 /// nothing to merge, the decode's structure is not held against it.
-fn first_orphan<S: AsRef<str>>(fields: &[S], decode: &Value) -> Option<Error> {
+pub(crate) fn first_orphan<S: AsRef<str>>(fields: &[S], decode: &Value) -> Option<Error> {
     let choices = decode.get("choices")?.as_array()?;
     for (i, choice) in choices.iter().enumerate() {
         let Some(items) = choice.get("payload").and_then(Value::as_array) else {
@@ -162,83 +203,6 @@ fn first_orphan<S: AsRef<str>>(fields: &[S], decode: &Value) -> Option<Error> {
         }
     }
     None
-}
-
-/// What the merge does with one item of a decode payload.
-enum Fate {
-    /// Pass it through as it is: a non-stitched item, or a stitched segment
-    /// that starts at or after its cut.
-    Keep,
-    /// Leave it out: a stitched segment that ends at or before its cut.
-    Drop,
-    /// Rewrite its `pos`, `rows` and `offset` to these.
-    Clip { pos: u64, rows: u64, offset: u64 },
-}
-
-/// One decode choice and the fate of each item of its payload, in order.
-struct ChoicePlan<'d> {
-    choice: &'d mut Map<String, Value>,
-    fates: Vec<Fate>,
-}
-
-/// Phase 1 on the decode side: validate every choice and stitched segment and
-/// decide each item's fate, without writing anything.
-fn plan<'d, S: AsRef<str>>(
-    fields: &[S],
-    cuts: &Cuts,
-    decode: &'d mut Value,
-) -> Result<Vec<ChoicePlan<'d>>, Error> {
-    let root = match decode {
-        Value::Object(root) => root,
-        other => {
-            return Err(Error::Structure {
-                at: Location::root(Side::Decode),
-                expected: "an object",
-                got: describe(Some(other)),
-            })
-        }
-    };
-    let choices = match root.get_mut("choices") {
-        Some(Value::Array(choices)) => choices,
-        other => {
-            return Err(Error::Structure {
-                at: Location::root(Side::Decode).key("choices"),
-                expected: "an array",
-                got: describe(other.as_deref()),
-            })
-        }
-    };
-    let mut plans = Vec::with_capacity(choices.len());
-    for (i, choice) in choices.iter_mut().enumerate() {
-        let choice_at = || Location::root(Side::Decode).key("choices").index(i);
-        let choice = match choice {
-            Value::Object(choice) => choice,
-            other => {
-                return Err(Error::Structure {
-                    at: choice_at(),
-                    expected: "an object",
-                    got: describe(Some(other)),
-                })
-            }
-        };
-        let fates = match choice.get("payload") {
-            None | Some(Value::Null) => Vec::new(),
-            Some(Value::Array(items)) => items
-                .iter()
-                .enumerate()
-                .map(|(j, item)| fate(fields, cuts, item, || item_at(Side::Decode, i, j)))
-                .collect::<Result<Vec<Fate>, Error>>()?,
-            Some(other) => {
-                return Err(Error::Structure {
-                    at: choice_at().key("payload"),
-                    expected: "an array or null",
-                    got: describe(Some(other)),
-                })
-            }
-        };
-        plans.push(ChoicePlan { choice, fates });
-    }
-    Ok(plans)
 }
 
 /// The fate of one decode payload item under `cuts`.
@@ -267,33 +231,4 @@ fn fate<S: AsRef<str>>(
             offset: kept.offset(),
         },
     })
-}
-
-/// Phase 2: give every planned choice its merged payload. Cannot fail.
-fn apply(plans: Vec<ChoicePlan<'_>>, prefix: &[&Value]) {
-    for ChoicePlan { choice, fates } in plans {
-        // Take the old items out in place (not `remove`, which may reorder the
-        // keys of a map under serde_json's `preserve_order`).
-        let items = match choice.get_mut("payload") {
-            Some(Value::Array(items)) => std::mem::take(items),
-            _ => Vec::new(),
-        };
-        let mut merged = Vec::with_capacity(prefix.len() + items.len());
-        merged.extend(prefix.iter().map(|&segment| segment.clone()));
-        for (mut item, fate) in items.into_iter().zip(fates) {
-            match fate {
-                Fate::Keep => merged.push(item),
-                Fate::Drop => {}
-                Fate::Clip { pos, rows, offset } => {
-                    if let Value::Object(segment) = &mut item {
-                        segment.insert("pos".to_owned(), pos.into());
-                        segment.insert("rows".to_owned(), rows.into());
-                        segment.insert("offset".to_owned(), offset.into());
-                    }
-                    merged.push(item);
-                }
-            }
-        }
-        choice.insert("payload".to_owned(), Value::Array(merged));
-    }
 }

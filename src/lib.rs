@@ -74,6 +74,9 @@
 pub mod algebra;
 mod error;
 mod handle;
+pub mod inline;
+mod json;
+mod merge;
 mod stitcher;
 
 pub use algebra::{
@@ -81,11 +84,13 @@ pub use algebra::{
     UnknownDtype,
 };
 pub use error::{Error, Location, Side, Step};
+pub use inline::{Base64Error, Form, NpyError};
 // The README's examples run as doc tests, so they cannot go stale.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
 pub use stitcher::{
-    merge_routed_payload_in_json, prefill_has_routed_experts, Stitcher, ROUTED_EXPERTS,
+    merge_routed_experts_for_pd, merge_routed_experts_in_json, merge_routed_payload_in_json,
+    prefill_has_routed_experts, Stitcher, ROUTED_EXPERTS,
 };

@@ -5,6 +5,20 @@ use serde_json::Value;
 
 use crate::error::Error;
 use crate::handle;
+use crate::merge::{merge, Kinds};
+
+const BY_HANDLE: Kinds = Kinds {
+    inline: false,
+    by_handle: true,
+};
+const INLINE: Kinds = Kinds {
+    inline: true,
+    by_handle: false,
+};
+const BOTH: Kinds = Kinds {
+    inline: true,
+    by_handle: true,
+};
 
 /// The field a stitcher stitches unless told otherwise.
 pub const ROUTED_EXPERTS: &str = "routed_experts";
@@ -86,7 +100,37 @@ impl Stitcher {
         prefill: &Value,
         decode: &mut Value,
     ) -> Result<bool, Error> {
-        handle::merge(&self.fields, prefill, decode)
+        merge(&self.fields, prefill, decode, BY_HANDLE)
+    }
+
+    /// The inline merge of `routed_experts` (compact or npy); see
+    /// [`merge_routed_experts_in_json`]. Inline rows are always the field
+    /// `routed_experts`, whatever the stitcher's fields.
+    ///
+    /// # Errors
+    ///
+    /// See [`merge_routed_experts_in_json`]; on error `decode` is unchanged.
+    pub fn merge_routed_experts_in_json(
+        &self,
+        prefill: &Value,
+        decode: &mut Value,
+    ) -> Result<bool, Error> {
+        merge(&self.fields, prefill, decode, INLINE)
+    }
+
+    /// The inline and the by-handle merge, as one atomic step; see
+    /// [`merge_routed_experts_for_pd`]. The by-handle part stitches this
+    /// stitcher's fields.
+    ///
+    /// # Errors
+    ///
+    /// See [`merge_routed_experts_for_pd`]; on error `decode` is unchanged.
+    pub fn merge_routed_experts_for_pd(
+        &self,
+        prefill: &Value,
+        decode: &mut Value,
+    ) -> Result<bool, Error> {
+        merge(&self.fields, prefill, decode, BOTH)
     }
 
     /// Whether `prefill.choices[0]` has rows to stitch: a non-null inline
@@ -152,7 +196,90 @@ impl Stitcher {
 ///   an array, a choice not an object, or a `payload` neither an array nor
 ///   null.
 pub fn merge_routed_payload_in_json(prefill: &Value, decode: &mut Value) -> Result<bool, Error> {
-    handle::merge(&[ROUTED_EXPERTS], prefill, decode)
+    merge(&[ROUTED_EXPERTS], prefill, decode, BY_HANDLE)
+}
+
+/// The inline P/D merge of `choices[i].routed_experts`, in place: the
+/// prefill's rows, then each decode choice's rows from the cut on.
+///
+/// Both inline forms are merged. **Compact** rows
+/// (`{"data": <base64>, "shape": [seq, layers, topk], "start", "dtype"}`,
+/// covering `[start, start + seq)`) merge with `cut = prefill.start +
+/// prefill.seq`: the decode must cover the cut (`decode.start <= cut <=
+/// decode.start + decode.seq`), the merged object keeps the decode's other
+/// keys and gets `start` = the prefill's, `shape[0]` = the merged row count and
+/// an explicit `dtype`. **npy** rows (the base64 of a `.npy` file, covering
+/// `[0, seq)`) merge the same way with `start = 0`; the output is a version 1.0
+/// `.npy` of the decode's dtype, padded as NumPy pads it.
+///
+/// Where dtypes differ and both are unsigned integers, the narrower rows are
+/// zero-extended to the wider (for npy, only a narrower prefill, since the
+/// output keeps the decode's dtype).
+///
+/// Returns `Ok(false)`, leaving `decode` untouched, when neither side has
+/// inline rows; `Ok(true)` when every decode choice's rows were merged.
+///
+/// ```
+/// use pd_stitch::merge_routed_experts_in_json;
+/// use serde_json::json;
+///
+/// // Rows of (1 layer, 3 experts) uint8: prefill positions [0, 2), decode [1, 4).
+/// let prefill = json!({"choices": [{"routed_experts":
+///     {"data": "AQIDBAUG", "shape": [2, 1, 3], "start": 0, "dtype": "uint8"}}]});
+/// let mut decode = json!({"choices": [{"routed_experts":
+///     {"data": "CQkJBwgJCgsM", "shape": [3, 1, 3], "start": 1}}]});
+///
+/// assert!(merge_routed_experts_in_json(&prefill, &mut decode)?);
+/// // Prefill rows [1,2,3] [4,5,6], then the decode's rows of positions 2 and 3.
+/// assert_eq!(
+///     decode["choices"][0]["routed_experts"],
+///     json!({"data": "AQIDBAUGBwgJCgsM", "shape": [4, 1, 3], "start": 0, "dtype": "uint8"})
+/// );
+/// # Ok::<(), pd_stitch::Error>(())
+/// ```
+///
+/// # Errors
+///
+/// On any error `decode` is exactly as it was.
+///
+/// - [`Error::MissingPrefillField`]: a decode choice has rows, the prefill none.
+/// - [`Error::MissingDecodeRows`]: the prefill has rows, a decode choice none.
+/// - [`Error::FormMismatch`]: one side compact, the other npy.
+/// - [`Error::Base64`], [`Error::Npy`], [`Error::Length`], [`Error::Structure`],
+///   [`Error::Integer`], [`Error::Dtype`], [`Error::Overflow`]: a side's rows
+///   are malformed.
+/// - [`Error::RowShapeMismatch`], [`Error::DtypeMismatch`]: the sides' rows
+///   differ in `(layers, topk)`, or in dtypes that do not widen.
+/// - [`Error::Coverage`]: the decode's rows leave a gap after the prefill's,
+///   or do not reach the cut.
+pub fn merge_routed_experts_in_json(prefill: &Value, decode: &mut Value) -> Result<bool, Error> {
+    merge(&[ROUTED_EXPERTS], prefill, decode, INLINE)
+}
+
+/// What a router calls after a non-streaming P/D request: the inline merge
+/// ([`merge_routed_experts_in_json`]) and the by-handle merge
+/// ([`merge_routed_payload_in_json`]) of `routed_experts`, as one atomic step.
+///
+/// Returns the OR of the two: `Ok(true)` when either kind of rows was
+/// stitched, `Ok(false)` (with `decode` untouched) when the responses carry
+/// no rows at all.
+///
+/// ```
+/// use pd_stitch::merge_routed_experts_for_pd;
+/// use serde_json::json;
+///
+/// let prefill = json!({"choices": [{"token_ids": [5]}]});
+/// let mut decode = json!({"choices": [{"token_ids": [5, 6, 7]}]});
+/// assert!(!merge_routed_experts_for_pd(&prefill, &mut decode)?); // nothing to stitch
+/// # Ok::<(), pd_stitch::Error>(())
+/// ```
+///
+/// # Errors
+///
+/// Any error of either merge; `decode` is then exactly as it was, whichever
+/// merge failed.
+pub fn merge_routed_experts_for_pd(prefill: &Value, decode: &mut Value) -> Result<bool, Error> {
+    merge(&[ROUTED_EXPERTS], prefill, decode, BOTH)
 }
 
 /// Whether `prefill.choices[0]` has `routed_experts` rows to stitch: a

@@ -279,8 +279,8 @@ fn rule_4_a_decode_field_the_prefill_lacks_is_an_error() {
     );
     assert_eq!(
         err.to_string(),
-        "decode choices[1].payload[1]: field \"routed_expert_weights\" has decode rows but prefill \
-         choices[0].payload has no segment of it, so the prompt's rows are missing"
+        "decode choices[1].payload[1]: the decode has rows of field \"routed_expert_weights\" but \
+         prefill choices[0] has none, so the prompt's rows are missing"
     );
     // With no prefill segment at all, the same error.
     for prefill in [

@@ -1,0 +1,348 @@
+//! Canonical standard base64 (RFC 4648 §4, with padding), strict both ways.
+//!
+//! Inline rows arrive as base64 text. The merge must reject anything that is
+//! not the one canonical encoding of some bytes: characters outside the
+//! alphabet, missing or extra padding, and non-zero bits in the last
+//! character before the padding (which would let two texts decode to the same
+//! bytes). A router that accepted those would let a malformed response through
+//! as a different one.
+//!
+//! [`Base64`] is text that has passed that check. Because base64 maps every 3
+//! bytes to 4 characters, the text of bytes `[k, n)` with `k % 3 == 0` is a
+//! suffix of the validated text ([`Base64::text_from`]); the merge splices
+//! such suffixes instead of decoding and re-encoding.
+
+use std::fmt;
+
+const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/// Marks a byte that is not in the alphabet in [`DECODE`].
+const INVALID: u8 = 0xff;
+
+/// The value of each alphabet character, [`INVALID`] for every other byte.
+const DECODE: [u8; 256] = {
+    let mut table = [INVALID; 256];
+    let mut i = 0;
+    while i < 64 {
+        table[ALPHABET[i] as usize] = i as u8;
+        i += 1;
+    }
+    table
+};
+
+/// Text known to be canonical standard base64.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Base64<'a> {
+    text: &'a str,
+    len: usize,
+}
+
+impl<'a> Base64<'a> {
+    /// Checks that `text` is canonical standard base64 with padding.
+    pub(crate) fn parse(text: &'a str) -> Result<Base64<'a>, Base64Error> {
+        let bytes = text.as_bytes();
+        if bytes.len() % 4 != 0 {
+            return Err(Base64Error::Length(bytes.len()));
+        }
+        let (body, last) = match bytes.len().checked_sub(4) {
+            None => return Ok(Base64 { text, len: 0 }),
+            Some(at) => bytes.split_at(at),
+        };
+        if let Some(at) = body.iter().position(|&c| DECODE[usize::from(c)] == INVALID) {
+            return Err(invalid(bytes, at));
+        }
+        let tail = decode_last(last, body.len())?;
+        Ok(Base64 {
+            text,
+            len: body.len() / 4 * 3 + tail,
+        })
+    }
+
+    /// The number of bytes the text encodes.
+    pub(crate) fn decoded_len(&self) -> usize {
+        self.len
+    }
+
+    /// The text of the bytes from `byte` on, when `byte` is a multiple of 3
+    /// (and at most the decoded length); `None` otherwise.
+    pub(crate) fn text_from(&self, byte: usize) -> Option<&'a str> {
+        if byte % 3 != 0 || byte > self.len {
+            return None;
+        }
+        self.text.get(byte / 3 * 4..)
+    }
+
+    /// The text of all bytes, when their number is a multiple of 3 (so the
+    /// text has no padding and can be followed by more text).
+    pub(crate) fn unpadded_text(&self) -> Option<&'a str> {
+        (self.len % 3 == 0).then_some(self.text)
+    }
+
+    /// Appends the decoded bytes `[from, decoded_len)` to `out`.
+    pub(crate) fn decode_from(&self, from: usize, out: &mut Vec<u8>) {
+        if from >= self.len {
+            return;
+        }
+        let text = self.text.as_bytes();
+        let first_quad = from / 3;
+        let mut skip = from % 3;
+        out.reserve(self.len - from);
+        for quad in text
+            .get(first_quad * 4..)
+            .unwrap_or_default()
+            .chunks_exact(4)
+        {
+            let v = |i: usize| u32::from(DECODE[usize::from(quad[i])] & 0x3f);
+            let n = v(0) << 18 | v(1) << 12 | v(2) << 6 | v(3);
+            let three = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+            let valid = 3 - quad.iter().filter(|&&c| c == b'=').count();
+            out.extend_from_slice(three.get(skip..valid).unwrap_or_default());
+            skip = 0;
+        }
+    }
+}
+
+/// Checks the last quad (padding and canonical trailing bits) and returns how
+/// many bytes it encodes. `at` is its index in the text.
+fn decode_last(quad: &[u8], at: usize) -> Result<usize, Base64Error> {
+    let pads = quad.iter().rev().take_while(|&&c| c == b'=').count();
+    if pads > 2 {
+        return Err(Base64Error::Padding(at + 4 - pads));
+    }
+    let data = quad.get(..4 - pads).unwrap_or_default();
+    if let Some(i) = data.iter().position(|&c| DECODE[usize::from(c)] == INVALID) {
+        return Err(invalid(quad, i).shift(at));
+    }
+    // The bits of the last data character that fall outside the encoded
+    // bytes must be zero: 4 bits with "xx==", 2 bits with "xxx=".
+    let unused_mask = match pads {
+        2 => 0x0f,
+        1 => 0x03,
+        _ => 0,
+    };
+    if let Some(&c) = data.last() {
+        if DECODE[usize::from(c)] & unused_mask != 0 {
+            return Err(Base64Error::NonCanonical(at + data.len() - 1));
+        }
+    }
+    Ok(3 - pads)
+}
+
+fn invalid(text: &[u8], at: usize) -> Base64Error {
+    match text.get(at) {
+        Some(b'=') => Base64Error::Padding(at),
+        Some(&c) => Base64Error::Character { at, byte: c },
+        None => Base64Error::Length(text.len()),
+    }
+}
+
+/// Encodes `bytes` as standard base64 with padding, into a string of exactly
+/// the right size.
+pub(crate) fn encode(bytes: &[u8]) -> String {
+    let mut out = Vec::with_capacity(encoded_len(bytes.len()));
+    encode_into(bytes, &mut out);
+    // Only alphabet characters and '=' were written: always valid UTF-8.
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// The length of the base64 text of `n` bytes.
+pub(crate) fn encoded_len(n: usize) -> usize {
+    n.div_ceil(3) * 4
+}
+
+/// Appends the base64 text of `bytes` to `out`.
+pub(crate) fn encode_into(bytes: &[u8], out: &mut Vec<u8>) {
+    let chunks = bytes.chunks_exact(3);
+    let rest = chunks.remainder();
+    for c in chunks {
+        let n = u32::from(c[0]) << 16 | u32::from(c[1]) << 8 | u32::from(c[2]);
+        out.extend_from_slice(&[
+            ALPHABET[(n >> 18) as usize & 63],
+            ALPHABET[(n >> 12) as usize & 63],
+            ALPHABET[(n >> 6) as usize & 63],
+            ALPHABET[n as usize & 63],
+        ]);
+    }
+    match *rest {
+        [a] => {
+            let n = u32::from(a) << 16;
+            out.extend_from_slice(&[
+                ALPHABET[(n >> 18) as usize & 63],
+                ALPHABET[(n >> 12) as usize & 63],
+                b'=',
+                b'=',
+            ]);
+        }
+        [a, b] => {
+            let n = u32::from(a) << 16 | u32::from(b) << 8;
+            out.extend_from_slice(&[
+                ALPHABET[(n >> 18) as usize & 63],
+                ALPHABET[(n >> 12) as usize & 63],
+                ALPHABET[(n >> 6) as usize & 63],
+                b'=',
+            ]);
+        }
+        _ => {}
+    }
+}
+
+/// Why a text is not canonical standard base64. Indices count characters
+/// from the start of the text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Base64Error {
+    /// The length is not a multiple of 4.
+    Length(usize),
+    /// A character outside the standard alphabet (`-`, `_`, white space, ...).
+    Character {
+        /// Its index.
+        at: usize,
+        /// The byte.
+        byte: u8,
+    },
+    /// `=` where it does not belong: inside the text, or more than two.
+    Padding(usize),
+    /// The last character before the padding has bits set that encode no
+    /// byte, so this is not the canonical text of its bytes.
+    NonCanonical(usize),
+}
+
+impl Base64Error {
+    fn shift(self, by: usize) -> Base64Error {
+        match self {
+            Base64Error::Character { at, byte } => Base64Error::Character { at: at + by, byte },
+            Base64Error::Padding(at) => Base64Error::Padding(at + by),
+            Base64Error::NonCanonical(at) => Base64Error::NonCanonical(at + by),
+            Base64Error::Length(n) => Base64Error::Length(n),
+        }
+    }
+}
+
+impl fmt::Display for Base64Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Base64Error::Length(n) => write!(f, "length {n} is not a multiple of 4"),
+            Base64Error::Character { at, byte } if byte.is_ascii_graphic() => {
+                write!(
+                    f,
+                    "character {:?} at {at} is not in the standard alphabet",
+                    byte as char
+                )
+            }
+            Base64Error::Character { at, byte } => {
+                write!(
+                    f,
+                    "byte 0x{byte:02x} at {at} is not in the standard alphabet"
+                )
+            }
+            Base64Error::Padding(at) => write!(f, "misplaced padding '=' at {at}"),
+            Base64Error::NonCanonical(at) => {
+                write!(
+                    f,
+                    "character at {at} has unused bits set (not the canonical encoding)"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for Base64Error {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode(text: &str) -> Result<Vec<u8>, Base64Error> {
+        let b = Base64::parse(text)?;
+        let mut out = Vec::new();
+        b.decode_from(0, &mut out);
+        assert_eq!(out.len(), b.decoded_len());
+        Ok(out)
+    }
+
+    #[test]
+    fn rfc4648_test_vectors() {
+        for (plain, text) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(encode(plain.as_bytes()), text);
+            assert_eq!(decode(text).unwrap(), plain.as_bytes());
+        }
+    }
+
+    #[test]
+    fn rejects_everything_but_the_canonical_text() {
+        assert_eq!(decode("Zg="), Err(Base64Error::Length(3)));
+        assert_eq!(decode("Zg"), Err(Base64Error::Length(2)));
+        assert_eq!(decode("Zh=="), Err(Base64Error::NonCanonical(1)));
+        assert_eq!(decode("Zm9="), Err(Base64Error::NonCanonical(2)));
+        assert_eq!(decode("Z==="), Err(Base64Error::Padding(1)));
+        assert_eq!(decode("===="), Err(Base64Error::Padding(0)));
+        assert_eq!(decode("Zg==Zg=="), Err(Base64Error::Padding(2)));
+        assert_eq!(decode("Z=g="), Err(Base64Error::Padding(1)));
+        assert_eq!(
+            decode("Zm-v"),
+            Err(Base64Error::Character { at: 2, byte: b'-' })
+        );
+        assert_eq!(decode("Zm9v\nZm9v"), Err(Base64Error::Length(9)));
+        assert_eq!(
+            decode("Zm9vZm_v"),
+            Err(Base64Error::Character { at: 6, byte: b'_' })
+        );
+        assert_eq!(
+            decode("Zm 9"),
+            Err(Base64Error::Character { at: 2, byte: b' ' })
+        );
+        assert_eq!(
+            decode("Zmé"),
+            Err(Base64Error::Character { at: 2, byte: 0xc3 })
+        );
+    }
+
+    #[test]
+    fn decode_from_skips_whole_and_partial_quads() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        let text = encode(&bytes);
+        let b = Base64::parse(&text).unwrap();
+        for from in 0..=bytes.len() + 2 {
+            let mut out = vec![7];
+            b.decode_from(from, &mut out);
+            assert_eq!(out[1..], bytes[from.min(bytes.len())..], "from {from}");
+        }
+    }
+
+    #[test]
+    fn text_from_is_the_encoding_of_the_suffix() {
+        let bytes: Vec<u8> = (0..100u8).map(|i| i.wrapping_mul(7)).collect();
+        let text = encode(&bytes);
+        let b = Base64::parse(&text).unwrap();
+        for from in 0..=bytes.len() + 3 {
+            match b.text_from(from) {
+                Some(suffix) => assert_eq!(suffix, encode(&bytes[from..])),
+                None => assert!(from % 3 != 0 || from > bytes.len()),
+            }
+        }
+        assert_eq!(b.unpadded_text(), None); // 100 bytes: padded
+    }
+
+    #[test]
+    fn messages() {
+        assert_eq!(
+            Base64Error::Length(3).to_string(),
+            "length 3 is not a multiple of 4"
+        );
+        assert_eq!(
+            Base64Error::Character { at: 2, byte: b'-' }.to_string(),
+            "character '-' at 2 is not in the standard alphabet"
+        );
+        assert_eq!(
+            Base64Error::Character { at: 0, byte: b'\n' }.to_string(),
+            "byte 0x0a at 0 is not in the standard alphabet"
+        );
+    }
+}

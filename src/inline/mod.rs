@@ -1,0 +1,454 @@
+//! Inline rows: `choices[i].routed_experts` carried in the response itself.
+//!
+//! Two forms are in use:
+//!
+//! - **compact**: an object `{"data": <base64 of the raw little-endian rows>,
+//!   "shape": [seq, layers, topk], "start": <u64>, "dtype": "uint8" | ...}`,
+//!   covering positions `[start, start + seq)`. Without `dtype` it is `uint8`.
+//! - **npy**: a string, the base64 of a NumPy `.npy` file of shape
+//!   `(seq, layers, topk)`, covering `[0, seq)`.
+//!
+//! Either way an inline value is one [`Segment`] held in memory: `pos = start`,
+//! `rows = seq`, `offset = 0`, row shape `[layers, topk]`. The merge is the
+//! algebra's: `cut = prefill.end()`, and the decode's rows are clipped from the
+//! cut. What is particular to inline rows is only how the bytes travel: the
+//! merged rows are the prefill's bytes followed by the decode's from byte
+//! `clip.offset()` on, widened where the dtypes differ, and re-encoded. When
+//! nothing needs widening and both byte counts are multiples of 3, the merged
+//! base64 text is spliced from the two input texts without decoding them.
+
+mod base64;
+mod npy;
+
+use std::fmt;
+
+use serde_json::{Map, Value};
+
+use crate::algebra::{Dtype, Segment};
+use crate::error::{describe, Error, Location, Side};
+use crate::json::{self, choice_at};
+use crate::stitcher::ROUTED_EXPERTS;
+
+pub use base64::Base64Error;
+pub use npy::NpyError;
+
+use base64::Base64;
+
+/// The two inline forms of `routed_experts`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Form {
+    /// `{"data", "shape", "start", "dtype"}`: an object.
+    Compact,
+    /// The base64 of a `.npy` file: a string.
+    Npy,
+}
+
+impl fmt::Display for Form {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Form::Compact => "compact (an object)",
+            Form::Npy => "npy (a string)",
+        })
+    }
+}
+
+/// `prefill.choices[0].routed_experts` when it is there and not null.
+pub(crate) fn prefill_rows(prefill: &Value) -> Option<&Value> {
+    crate::handle::prefill_choice(prefill)?
+        .get(ROUTED_EXPERTS)
+        .filter(|value| !value.is_null())
+}
+
+/// `side choices[i].routed_experts`.
+fn rows_at(side: Side, i: usize) -> Location {
+    choice_at(side, i).key(ROUTED_EXPERTS)
+}
+
+/// The prefill's inline rows, validated.
+pub(crate) struct Prefill<'p> {
+    rows: Inline<'p>,
+}
+
+impl<'p> Prefill<'p> {
+    /// Reads and validates `prefill.choices[0].routed_experts`; `None` when it
+    /// is missing or null.
+    pub(crate) fn read(prefill: &'p Value) -> Result<Option<Prefill<'p>>, Error> {
+        prefill_rows(prefill)
+            .map(|value| {
+                Inline::parse(value, || rows_at(Side::Prefill, 0)).map(|rows| Prefill { rows })
+            })
+            .transpose()
+    }
+
+    /// Validates decode choice `i`'s rows and computes its merged rows,
+    /// writing nothing.
+    pub(crate) fn plan(&self, choice: &Map<String, Value>, i: usize) -> Result<Merged, Error> {
+        let at = || rows_at(Side::Decode, i);
+        let value = choice
+            .get(ROUTED_EXPERTS)
+            .filter(|value| !value.is_null())
+            .ok_or_else(|| Error::MissingDecodeRows { at: at() })?;
+        let decode = Inline::parse(value, at)?;
+        merge(&self.rows, &decode, at)
+    }
+}
+
+/// The first decode choice with inline rows, as an error, when the prefill has
+/// none: its own validation error, or else [`Error::MissingPrefillField`].
+pub(crate) fn first_orphan(decode: &Value) -> Option<Error> {
+    let choices = decode.get("choices")?.as_array()?;
+    choices.iter().enumerate().find_map(|(i, choice)| {
+        let value = choice.get(ROUTED_EXPERTS).filter(|v| !v.is_null())?;
+        let at = || rows_at(Side::Decode, i);
+        Some(match Inline::parse(value, at) {
+            Err(err) => err,
+            Ok(_) => Error::MissingPrefillField {
+                at: at(),
+                field: ROUTED_EXPERTS.to_owned(),
+            },
+        })
+    })
+}
+
+/// One side's inline rows: where they are (an in-memory segment at offset 0)
+/// and their bytes.
+struct Inline<'v> {
+    form: Form,
+    segment: Segment<()>,
+    bytes: Bytes<'v>,
+}
+
+/// The bytes of inline rows.
+enum Bytes<'v> {
+    /// Still base64 text (compact rows).
+    Text(Base64<'v>),
+    /// Decoded (a `.npy` file): the rows are `file[data..]`.
+    Decoded { file: Vec<u8>, data: usize },
+}
+
+impl Bytes<'_> {
+    /// The rows' bytes from `from` on, appended to `out`, each element widened
+    /// from `from_dtype` to `to_dtype` (zero-extended) when they differ.
+    fn append(&self, from: usize, from_dtype: Dtype, to_dtype: Dtype, out: &mut Vec<u8>) {
+        let narrow = from_dtype.itemsize();
+        let wide = to_dtype.itemsize();
+        match self {
+            Bytes::Text(text) if narrow == wide => text.decode_from(from, out),
+            Bytes::Text(text) => {
+                let mut raw = Vec::new();
+                text.decode_from(from, &mut raw);
+                widen(&raw, narrow, wide, out);
+            }
+            Bytes::Decoded { file, data } => {
+                let raw = file.get(data.saturating_add(from)..).unwrap_or_default();
+                if narrow == wide {
+                    out.extend_from_slice(raw);
+                } else {
+                    widen(raw, narrow, wide, out);
+                }
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Bytes::Text(text) => text.decoded_len(),
+            Bytes::Decoded { file, data } => file.len().saturating_sub(*data),
+        }
+    }
+}
+
+/// Zero-extends little-endian unsigned elements of `narrow` bytes to `wide`.
+fn widen(raw: &[u8], narrow: u64, wide: u64, out: &mut Vec<u8>) {
+    let (Ok(narrow), Ok(wide)) = (usize::try_from(narrow), usize::try_from(wide)) else {
+        return;
+    };
+    let zeros = [0u8; 8];
+    let pad = zeros.get(..wide.saturating_sub(narrow)).unwrap_or_default();
+    out.reserve(raw.len() / narrow.max(1) * wide);
+    for element in raw.chunks_exact(narrow.max(1)) {
+        out.extend_from_slice(element);
+        out.extend_from_slice(pad);
+    }
+}
+
+impl<'v> Inline<'v> {
+    fn parse(value: &'v Value, at: impl Fn() -> Location) -> Result<Inline<'v>, Error> {
+        match value {
+            Value::Object(object) => Inline::compact(object, at),
+            Value::String(text) => Inline::npy(text, at),
+            other => Err(Error::Structure {
+                at: at(),
+                expected: "an object (compact rows) or a string (.npy rows)",
+                got: describe(Some(other)),
+            }),
+        }
+    }
+
+    fn compact(
+        object: &'v Map<String, Value>,
+        at: impl Fn() -> Location,
+    ) -> Result<Inline<'v>, Error> {
+        let text = match object.get("data") {
+            Some(Value::String(text)) => text,
+            other => {
+                return Err(Error::Structure {
+                    at: at().key("data"),
+                    expected: "a base64 string",
+                    got: describe(other),
+                })
+            }
+        };
+        let shape = json::shape(
+            object.get("shape"),
+            Some(3),
+            "an array of 3 non-negative integers",
+            || at().key("shape"),
+        )?;
+        let start = json::integer(object.get("start"), || at().key("start"))?;
+        let dtype = match object.get("dtype") {
+            None => Dtype::Uint8, // older writers omit it
+            some => json::dtype(some, || at().key("dtype"))?,
+        };
+        let text = Base64::parse(text).map_err(|error| Error::Base64 {
+            at: at().key("data"),
+            error,
+        })?;
+        let &[seq, layers, topk] = shape.as_slice() else {
+            return Err(Error::Structure {
+                at: at().key("shape"),
+                expected: "an array of 3 non-negative integers",
+                got: describe(object.get("shape")),
+            });
+        };
+        let segment = Segment::new(ROUTED_EXPERTS, (), 0, start, seq, dtype, vec![layers, topk])
+            .map_err(|overflow| Error::Overflow { at: at(), overflow })?;
+        let bytes = Bytes::Text(text);
+        check_len(&segment, bytes.len(), || at().key("data"))?;
+        Ok(Inline {
+            form: Form::Compact,
+            segment,
+            bytes,
+        })
+    }
+
+    fn npy(text: &'v str, at: impl Fn() -> Location) -> Result<Inline<'v>, Error> {
+        let text = Base64::parse(text).map_err(|error| Error::Base64 { at: at(), error })?;
+        let mut file = Vec::new();
+        text.decode_from(0, &mut file);
+        let npy_error = |error| Error::Npy { at: at(), error };
+        let header = npy::parse_header(&file).map_err(npy_error)?;
+        let &[seq, layers, topk] = header.shape.as_slice() else {
+            return Err(npy_error(NpyError::Dimensions(header.shape.len())));
+        };
+        let segment = Segment::new(
+            ROUTED_EXPERTS,
+            (),
+            0,
+            0,
+            seq,
+            header.dtype,
+            vec![layers, topk],
+        )
+        .map_err(|overflow| Error::Overflow { at: at(), overflow })?;
+        let bytes = Bytes::Decoded {
+            file,
+            data: header.data_offset,
+        };
+        let expected = segment.byte_range().end;
+        let got = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+        if got != expected {
+            return Err(npy_error(NpyError::DataLength { expected, got }));
+        }
+        Ok(Inline {
+            form: Form::Npy,
+            segment,
+            bytes,
+        })
+    }
+}
+
+/// [`Error::Length`] unless the rows' bytes are exactly `seq * row_bytes`.
+fn check_len(
+    segment: &Segment<()>,
+    len: usize,
+    at: impl FnOnce() -> Location,
+) -> Result<(), Error> {
+    let expected = segment.byte_range().end;
+    let got = u64::try_from(len).unwrap_or(u64::MAX);
+    if got == expected {
+        Ok(())
+    } else {
+        Err(Error::Length {
+            at: at(),
+            expected,
+            got,
+        })
+    }
+}
+
+/// The dtype of the merged rows: the common one, or for unsigned integers
+/// the wider one (compact), or the decode's when the prefill is narrower
+/// (npy, whose output keeps the decode's dtype).
+fn merged_dtype(form: Form, prefill: Dtype, decode: Dtype) -> Option<Dtype> {
+    if prefill == decode {
+        return Some(decode);
+    }
+    let rank = |d: Dtype| match d {
+        Dtype::Uint8 => Some(0),
+        Dtype::Uint16 => Some(1),
+        Dtype::Uint32 => Some(2),
+        Dtype::Uint64 => Some(3),
+        _ => None,
+    };
+    let (p, d) = (rank(prefill)?, rank(decode)?);
+    match form {
+        Form::Compact => Some(if p > d { prefill } else { decode }),
+        Form::Npy => (p < d).then_some(decode),
+    }
+}
+
+/// Merges the prefill's rows with one decode choice's.
+fn merge(
+    prefill: &Inline<'_>,
+    decode: &Inline<'_>,
+    at: impl Fn() -> Location,
+) -> Result<Merged, Error> {
+    if prefill.form != decode.form {
+        return Err(Error::FormMismatch {
+            at: at(),
+            prefill: prefill.form,
+            decode: decode.form,
+        });
+    }
+    let (p, d) = (&prefill.segment, &decode.segment);
+    if p.shape() != d.shape() {
+        return Err(Error::RowShapeMismatch {
+            at: at(),
+            prefill: p.shape().to_vec(),
+            decode: d.shape().to_vec(),
+        });
+    }
+    let dtype =
+        merged_dtype(prefill.form, p.dtype(), d.dtype()).ok_or_else(|| Error::DtypeMismatch {
+            at: at(),
+            form: prefill.form,
+            prefill: p.dtype(),
+            decode: d.dtype(),
+        })?;
+    let cut = p.end();
+    if !(d.pos() <= cut && cut <= d.end()) {
+        return Err(Error::Coverage {
+            at: at(),
+            cut,
+            decode: d.positions(),
+        });
+    }
+    // Everything from the cut on; nothing when the decode ends at the cut.
+    let skip = d
+        .clip_from(cut)
+        .map_or(d.byte_range().end, |tail| tail.offset());
+    let skip = usize::try_from(skip).unwrap_or(usize::MAX);
+    // d.end() >= cut >= p.pos(): no underflow.
+    let rows = d.end() - p.pos();
+    let shape = [
+        rows,
+        p.shape().first().copied().unwrap_or(0),
+        p.shape().get(1).copied().unwrap_or(0),
+    ];
+
+    match prefill.form {
+        Form::Compact => {
+            let data = splice(prefill, decode, skip, dtype).unwrap_or_else(|| {
+                let mut bytes = Vec::with_capacity(merged_len(prefill, decode, skip, dtype));
+                prefill.bytes.append(0, p.dtype(), dtype, &mut bytes);
+                decode.bytes.append(skip, d.dtype(), dtype, &mut bytes);
+                base64::encode(&bytes)
+            });
+            Ok(Merged::Compact {
+                data,
+                shape,
+                start: p.pos(),
+                dtype,
+            })
+        }
+        Form::Npy => {
+            let mut bytes =
+                npy::header(dtype, &shape).map_err(|error| Error::Npy { at: at(), error })?;
+            bytes.reserve(merged_len(prefill, decode, skip, dtype));
+            prefill.bytes.append(0, p.dtype(), dtype, &mut bytes);
+            decode.bytes.append(skip, d.dtype(), dtype, &mut bytes);
+            Ok(Merged::Npy(base64::encode(&bytes)))
+        }
+    }
+}
+
+/// The merged base64 text spliced from the inputs' texts, when no element
+/// needs widening and both cut points fall on 3-byte boundaries.
+fn splice(prefill: &Inline<'_>, decode: &Inline<'_>, skip: usize, dtype: Dtype) -> Option<String> {
+    if prefill.segment.dtype() != dtype || decode.segment.dtype() != dtype {
+        return None;
+    }
+    let (Bytes::Text(p), Bytes::Text(d)) = (&prefill.bytes, &decode.bytes) else {
+        return None;
+    };
+    let head = p.unpadded_text()?;
+    let tail = d.text_from(skip)?;
+    let mut text = String::with_capacity(head.len() + tail.len());
+    text.push_str(head);
+    text.push_str(tail);
+    Some(text)
+}
+
+/// The byte size of the merged rows (a capacity hint, so saturating).
+fn merged_len(prefill: &Inline<'_>, decode: &Inline<'_>, skip: usize, dtype: Dtype) -> usize {
+    let scaled = |bytes: usize, from: Dtype| {
+        let (from, to) = (from.itemsize() as usize, dtype.itemsize() as usize);
+        (bytes / from.max(1)).saturating_mul(to)
+    };
+    scaled(prefill.bytes.len(), prefill.segment.dtype()).saturating_add(scaled(
+        decode.bytes.len().saturating_sub(skip),
+        decode.segment.dtype(),
+    ))
+}
+
+/// The merged inline rows of one decode choice, ready to write.
+pub(crate) enum Merged {
+    /// New `data`, `shape`, `start` and `dtype` for the compact object.
+    Compact {
+        data: String,
+        shape: [u64; 3],
+        start: u64,
+        dtype: Dtype,
+    },
+    /// The new `.npy` string.
+    Npy(String),
+}
+
+impl Merged {
+    /// Writes the merged rows into `choice`. Cannot fail: the plan checked
+    /// that `choice.routed_experts` is of the right form.
+    pub(crate) fn apply(self, choice: &mut Map<String, Value>) {
+        let Some(value) = choice.get_mut(ROUTED_EXPERTS) else {
+            return;
+        };
+        match (self, value) {
+            (
+                Merged::Compact {
+                    data,
+                    shape,
+                    start,
+                    dtype,
+                },
+                Value::Object(object),
+            ) => {
+                object.insert("data".to_owned(), Value::String(data));
+                object.insert("shape".to_owned(), Value::from(shape.to_vec()));
+                object.insert("start".to_owned(), Value::from(start));
+                object.insert("dtype".to_owned(), Value::from(dtype.name()));
+            }
+            (Merged::Npy(text), value) => *value = Value::String(text),
+            (Merged::Compact { .. }, _) => {}
+        }
+    }
+}
