@@ -68,5 +68,83 @@ fn bench_by_handle(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_by_handle);
+/// Rows of `n` positions of 48 layers x 8 experts, `itemsize` bytes each,
+/// with values that vary (so no codec can shortcut on zeros).
+fn rows(n: usize, itemsize: usize, seed: u8) -> Vec<u8> {
+    (0..n * 48 * 8 * itemsize)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn compact_pair(
+    prompt: usize,
+    decoded: usize,
+    pdtype: (&str, usize),
+    ddtype: (&str, usize),
+) -> (Value, Value) {
+    use base64::Engine;
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+    let prefill = json!({"choices": [{"routed_experts": {"data": b64(&rows(prompt, pdtype.1, 1)),
+        "shape": [prompt, 48, 8], "start": 0, "dtype": pdtype.0}}]});
+    // The decode's rows start at its first forward, the last prompt position.
+    let decode = json!({"choices": [{"routed_experts": {"data": b64(&rows(decoded, ddtype.1, 2)),
+        "shape": [decoded, 48, 8], "start": prompt - 1, "dtype": ddtype.0}}]});
+    (prefill, decode)
+}
+
+fn npy_pair(prompt: usize, decoded: usize) -> (Value, Value) {
+    use base64::Engine;
+    let file = |n: usize, seed: u8| {
+        let dict = format!("{{'descr': '|u1', 'fortran_order': False, 'shape': ({n}, 48, 8), }}");
+        let mut f = b"\x93NUMPY\x01\x00".to_vec();
+        let padded = (10 + dict.len() + 1).div_ceil(64) * 64 - 10;
+        f.extend_from_slice(&(padded as u16).to_le_bytes());
+        f.extend_from_slice(dict.as_bytes());
+        f.resize(10 + padded - 1, b' ');
+        f.push(b'\n');
+        f.extend(rows(n, 1, seed));
+        base64::engine::general_purpose::STANDARD.encode(f)
+    };
+    (
+        json!({"choices": [{"routed_experts": file(prompt, 1)}]}),
+        json!({"choices": [{"routed_experts": file(decoded, 2)}]}),
+    )
+}
+
+/// One choice, prompt 16k rows, decode 32k rows (from the last prompt
+/// position), 48 x 8: the inline forms, and one plain `base64`-crate encode of
+/// the merged rows as the yardstick of the work a re-encoding merge cannot
+/// avoid.
+fn bench_inline(c: &mut Criterion) {
+    use base64::Engine;
+    let mut group = c.benchmark_group("inline_16k_32k");
+    let (prompt, decoded) = (16 * 1024, 32 * 1024);
+    let cases = [
+        (
+            "compact_u8",
+            compact_pair(prompt, decoded, ("uint8", 1), ("uint8", 1)),
+        ),
+        (
+            "compact_u8_u16",
+            compact_pair(prompt, decoded, ("uint8", 1), ("uint16", 2)),
+        ),
+        ("npy_u8", npy_pair(prompt, decoded)),
+    ];
+    for (name, (prefill, decode)) in &cases {
+        group.bench_function(*name, |b| {
+            b.iter_batched(
+                || decode.clone(),
+                |mut decode| pd_stitch::merge_routed_experts_in_json(prefill, &mut decode),
+                BatchSize::LargeInput,
+            )
+        });
+    }
+    let merged = rows(prompt - 1 + decoded, 1, 3);
+    group.bench_function("base64_crate_encode_merged_u8", |b| {
+        b.iter(|| base64::engine::general_purpose::STANDARD.encode(&merged))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_by_handle, bench_inline);
 criterion_main!(benches);

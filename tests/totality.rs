@@ -3,6 +3,7 @@
 
 mod support;
 
+use base64::Engine;
 use pd_stitch::Stitcher;
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
@@ -50,6 +51,18 @@ fn leaf() -> impl Strategy<Value = Value> {
         ]
         .prop_map(Value::from),
         ".{0,8}".prop_map(Value::from),
+        // Base64 of a .npy magic and version followed by random bytes, so the
+        // header parser sees near-misses, not only garbage.
+        (
+            prop_oneof![Just(1u8), Just(2), Just(3), any::<u8>()],
+            proptest::collection::vec(any::<u8>(), 0..80)
+        )
+            .prop_map(|(major, rest)| {
+                let mut file = b"\x93NUMPY".to_vec();
+                file.extend([major, 0]);
+                file.extend(rest);
+                Value::from(base64::engine::general_purpose::STANDARD.encode(file))
+            }),
     ]
 }
 
@@ -77,6 +90,11 @@ fn damaged_pair() -> impl Strategy<Value = (Value, Value)> {
     )
         .prop_map(|(pair, junk, on_decode, at)| {
             let (mut prefill, mut decode) = (pair.prefill_json(), pair.decode_json());
+        // Inline rows too, so that damage can land in them.
+        prefill["choices"][0]["routed_experts"] = json!({"data": "AQIDBAUG", "shape": [2, 1, 3], "start": 0});
+        for choice in decode["choices"].as_array_mut().unwrap() {
+            choice["routed_experts"] = json!({"data": "CQkJBwgJCgsM", "shape": [3, 1, 3], "start": 1, "dtype": "uint8"});
+        }
             let target = if on_decode { &mut decode } else { &mut prefill };
             let mut paths = Vec::new();
             collect_paths(target, String::new(), &mut paths);
@@ -102,26 +120,51 @@ fn collect_paths(v: &Value, here: String, out: &mut Vec<String>) {
     }
 }
 
+type Entry = Box<dyn Fn(&Value, &mut Value) -> Result<bool, pd_stitch::Error>>;
+
+/// Every public JSON entry point, free and on a `Stitcher`.
+fn entry_points() -> Vec<(&'static str, Entry)> {
+    let wide = Stitcher::new().field("routed_expert_weights");
+    let (w1, w2, w3) = (wide.clone(), wide.clone(), wide);
+    vec![
+        (
+            "merge_routed_payload_in_json",
+            Box::new(pd_stitch::merge_routed_payload_in_json),
+        ),
+        (
+            "merge_routed_experts_in_json",
+            Box::new(pd_stitch::merge_routed_experts_in_json),
+        ),
+        (
+            "merge_routed_experts_for_pd",
+            Box::new(pd_stitch::merge_routed_experts_for_pd),
+        ),
+        (
+            "Stitcher::merge_routed_payload_in_json",
+            Box::new(move |p, d| w1.merge_routed_payload_in_json(p, d)),
+        ),
+        (
+            "Stitcher::merge_routed_experts_in_json",
+            Box::new(move |p, d| w2.merge_routed_experts_in_json(p, d)),
+        ),
+        (
+            "Stitcher::merge_routed_experts_for_pd",
+            Box::new(move |p, d| w3.merge_routed_experts_for_pd(p, d)),
+        ),
+    ]
+}
+
 fn check_total(prefill: &Value, decode: &Value) -> Result<(), TestCaseError> {
-    let stitchers = [
-        Stitcher::new(),
-        Stitcher::new().field("routed_expert_weights"),
-    ];
-    for stitcher in &stitchers {
-        let _ = stitcher.prefill_has_routed_experts(prefill);
-        let mut after = decode.clone();
-        match stitcher.merge_routed_payload_in_json(prefill, &mut after) {
-            Ok(true) => {}
-            Ok(false) | Err(_) => prop_assert_eq!(&after, decode),
-        }
-    }
     let _ = pd_stitch::prefill_has_routed_experts(prefill);
-    let mut after = decode.clone();
-    if !matches!(
-        pd_stitch::merge_routed_payload_in_json(prefill, &mut after),
-        Ok(true)
-    ) {
-        prop_assert_eq!(&after, decode);
+    let _ = Stitcher::new()
+        .field("routed_expert_weights")
+        .prefill_has_routed_experts(prefill);
+    for (name, merge) in entry_points() {
+        let mut after = decode.clone();
+        match merge(prefill, &mut after) {
+            Ok(true) => {}
+            Ok(false) | Err(_) => prop_assert_eq!(&after, decode, "{}", name),
+        }
     }
     Ok(())
 }

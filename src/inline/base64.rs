@@ -83,23 +83,50 @@ impl<'a> Base64<'a> {
         if from >= self.len {
             return;
         }
-        let text = self.text.as_bytes();
-        let first_quad = from / 3;
-        let mut skip = from % 3;
         out.reserve(self.len - from);
-        for quad in text
-            .get(first_quad * 4..)
-            .unwrap_or_default()
-            .chunks_exact(4)
-        {
-            let v = |i: usize| u32::from(DECODE[usize::from(quad[i])] & 0x3f);
-            let n = v(0) << 18 | v(1) << 12 | v(2) << 6 | v(3);
-            let three = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
-            let valid = 3 - quad.iter().filter(|&&c| c == b'=').count();
-            out.extend_from_slice(three.get(skip..valid).unwrap_or_default());
-            skip = 0;
+        let mut quads = self.text.as_bytes().get(from / 3 * 4..).unwrap_or_default();
+        // A cut inside the first quad: decode it alone and keep its tail.
+        let skip = from % 3;
+        if skip > 0 {
+            let (first, rest) = quads.split_at(quads.len().min(4));
+            let (bytes, valid) = decode_quad(first);
+            out.extend_from_slice(bytes.get(skip..valid).unwrap_or_default());
+            quads = rest;
         }
+        let Some(body_len) = quads.len().checked_sub(4) else {
+            return;
+        };
+        let (body, last) = quads.split_at(body_len);
+        // The body has no padding (only the last quad may): 4 characters to 3
+        // bytes, written in place.
+        let start = out.len();
+        out.resize(start + body.len() / 4 * 3, 0);
+        let dst = out.get_mut(start..).unwrap_or_default();
+        for (d, q) in dst.chunks_exact_mut(3).zip(body.chunks_exact(4)) {
+            let n = sextet(q[0]) << 18 | sextet(q[1]) << 12 | sextet(q[2]) << 6 | sextet(q[3]);
+            d[0] = (n >> 16) as u8;
+            d[1] = (n >> 8) as u8;
+            d[2] = n as u8;
+        }
+        let (bytes, valid) = decode_quad(last);
+        out.extend_from_slice(bytes.get(..valid).unwrap_or_default());
     }
+}
+
+/// The 6-bit value of a validated character (`=` counts as 0).
+fn sextet(c: u8) -> u32 {
+    u32::from(DECODE[usize::from(c)] & 0x3f)
+}
+
+/// The bytes of one validated quad, and how many of them it encodes.
+fn decode_quad(quad: &[u8]) -> ([u8; 3], usize) {
+    let c = |i: usize| quad.get(i).copied().unwrap_or(b'=');
+    let n = sextet(c(0)) << 18 | sextet(c(1)) << 12 | sextet(c(2)) << 6 | sextet(c(3));
+    let pads = quad.iter().filter(|&&c| c == b'=').count();
+    (
+        [(n >> 16) as u8, (n >> 8) as u8, n as u8],
+        3usize.saturating_sub(pads),
+    )
 }
 
 /// Checks the last quad (padding and canonical trailing bits) and returns how
@@ -150,39 +177,34 @@ pub(crate) fn encoded_len(n: usize) -> usize {
     n.div_ceil(3) * 4
 }
 
-/// Appends the base64 text of `bytes` to `out`.
+/// Appends the base64 text of `bytes` to `out`, written in place.
 pub(crate) fn encode_into(bytes: &[u8], out: &mut Vec<u8>) {
+    let start = out.len();
+    out.resize(start + encoded_len(bytes.len()), 0);
+    let dst = out.get_mut(start..).unwrap_or_default();
     let chunks = bytes.chunks_exact(3);
     let rest = chunks.remainder();
-    for c in chunks {
+    let mut quads = dst.chunks_exact_mut(4);
+    for (c, d) in chunks.zip(&mut quads) {
         let n = u32::from(c[0]) << 16 | u32::from(c[1]) << 8 | u32::from(c[2]);
-        out.extend_from_slice(&[
-            ALPHABET[(n >> 18) as usize & 63],
-            ALPHABET[(n >> 12) as usize & 63],
-            ALPHABET[(n >> 6) as usize & 63],
-            ALPHABET[n as usize & 63],
-        ]);
+        d[0] = ALPHABET[(n >> 18) as usize & 63];
+        d[1] = ALPHABET[(n >> 12) as usize & 63];
+        d[2] = ALPHABET[(n >> 6) as usize & 63];
+        d[3] = ALPHABET[n as usize & 63];
     }
-    match *rest {
-        [a] => {
-            let n = u32::from(a) << 16;
-            out.extend_from_slice(&[
-                ALPHABET[(n >> 18) as usize & 63],
-                ALPHABET[(n >> 12) as usize & 63],
-                b'=',
-                b'=',
-            ]);
+    if let Some(d) = quads.next() {
+        let (n, kept) = match *rest {
+            [a] => (u32::from(a) << 16, 2),
+            [a, b] => (u32::from(a) << 16 | u32::from(b) << 8, 3),
+            _ => (0, 0),
+        };
+        for (i, slot) in d.iter_mut().enumerate() {
+            *slot = if i < kept {
+                ALPHABET[(n >> (18 - 6 * i)) as usize & 63]
+            } else {
+                b'='
+            };
         }
-        [a, b] => {
-            let n = u32::from(a) << 16 | u32::from(b) << 8;
-            out.extend_from_slice(&[
-                ALPHABET[(n >> 18) as usize & 63],
-                ALPHABET[(n >> 12) as usize & 63],
-                ALPHABET[(n >> 6) as usize & 63],
-                b'=',
-            ]);
-        }
-        _ => {}
     }
 }
 
@@ -328,6 +350,59 @@ mod tests {
             }
         }
         assert_eq!(b.unpadded_text(), None); // 100 bytes: padded
+    }
+
+    mod against_the_base64_crate {
+        use super::*;
+        use ::base64::engine::general_purpose::STANDARD;
+        use ::base64::Engine as _;
+        use proptest::prelude::*;
+
+        /// Text made of base64 characters, padding and a few strays, so that
+        /// near-valid texts are common.
+        fn texty() -> impl Strategy<Value = String> {
+            proptest::collection::vec(
+                prop_oneof![
+                    8 => proptest::sample::select(ALPHABET.to_vec()),
+                    1 => Just(b'='),
+                    1 => proptest::sample::select(b"-_ \n.".to_vec()),
+                ],
+                0..24,
+            )
+            .prop_map(|bytes| String::from_utf8(bytes).unwrap())
+        }
+
+        proptest! {
+            #[test]
+            fn encode_agrees(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+                prop_assert_eq!(encode(&bytes), STANDARD.encode(&bytes));
+            }
+
+            #[test]
+            fn decode_from_any_offset_agrees(bytes in proptest::collection::vec(any::<u8>(), 0..200), from in 0usize..210) {
+                let text = STANDARD.encode(&bytes);
+                let parsed = Base64::parse(&text).unwrap();
+                prop_assert_eq!(parsed.decoded_len(), bytes.len());
+                let mut out = Vec::new();
+                parsed.decode_from(from, &mut out);
+                prop_assert_eq!(&out[..], &bytes[from.min(bytes.len())..]);
+            }
+
+            /// Exactly the texts the strict standard engine accepts are
+            /// accepted, and they decode to the same bytes.
+            #[test]
+            fn acceptance_agrees(text in texty()) {
+                let theirs = STANDARD.decode(&text);
+                match Base64::parse(&text) {
+                    Ok(ours) => {
+                        let mut out = Vec::new();
+                        ours.decode_from(0, &mut out);
+                        prop_assert_eq!(Ok(out), theirs);
+                    }
+                    Err(err) => prop_assert!(theirs.is_err(), "we reject {:?} ({}), they accept", text, err),
+                }
+            }
+        }
     }
 
     #[test]

@@ -163,12 +163,16 @@ fn widen(raw: &[u8], narrow: u64, wide: u64, out: &mut Vec<u8>) {
     let (Ok(narrow), Ok(wide)) = (usize::try_from(narrow), usize::try_from(wide)) else {
         return;
     };
-    let zeros = [0u8; 8];
-    let pad = zeros.get(..wide.saturating_sub(narrow)).unwrap_or_default();
-    out.reserve(raw.len() / narrow.max(1) * wide);
-    for element in raw.chunks_exact(narrow.max(1)) {
-        out.extend_from_slice(element);
-        out.extend_from_slice(pad);
+    if narrow == 0 || wide < narrow {
+        return;
+    }
+    let start = out.len();
+    out.resize(start + raw.len() / narrow * wide, 0);
+    let dst = out.get_mut(start..).unwrap_or_default();
+    for (d, s) in dst.chunks_exact_mut(wide).zip(raw.chunks_exact(narrow)) {
+        if let Some(low) = d.get_mut(..narrow) {
+            low.copy_from_slice(s);
+        }
     }
 }
 
