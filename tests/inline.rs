@@ -612,6 +612,8 @@ fn inject(case: &Case, fault: &Fault, i: usize) -> Option<(Value, Value, &'stati
     Some((prefill, decode, r.0, r.1))
 }
 
+type MergeFn = fn(&Value, &mut Value) -> Result<bool, Error>;
+
 fn variant(err: &Error) -> &'static str {
     match err {
         Error::Structure { .. } => "Structure",
@@ -640,7 +642,7 @@ proptest! {
     fn i4_errors_name_variant_and_place_and_change_nothing(case in case(false), fault in fault(), pick in any::<prop::sample::Index>()) {
         let i = pick.index(case.decode.len());
         let Some((prefill, decode, expected, at)) = inject(&case, &fault, i) else { return Ok(()); };
-        let entry_points: [(&str, fn(&Value, &mut Value) -> Result<bool, Error>); 4] = [
+        let entry_points: [(&str, MergeFn); 4] = [
             ("inline", merge_routed_experts_in_json),
             ("for_pd", merge_routed_experts_for_pd),
             ("stitcher inline", |p, d| Stitcher::new().merge_routed_experts_in_json(p, d)),
