@@ -50,15 +50,32 @@
 //! # Ok::<(), pd_stitch::Error>(())
 //! ```
 //!
+//! # Rows inline
+//!
+//! Most deployments still carry the rows in the response itself, in
+//! `choices[i].routed_experts`: either *compact*, an object
+//! `{"data": <base64 rows>, "shape": [seq, layers, topk], "start", "dtype"}`,
+//! or *npy*, the base64 of a NumPy `.npy` file. An inline value is one segment
+//! held in memory, so it is stitched by the same rule
+//! ([`merge_routed_experts_in_json`]).
+//!
+//! A router calls [`merge_routed_experts_for_pd`], which stitches both kinds at
+//! once, atomically, and [`prefill_has_routed_experts`] to refuse streaming
+//! requests that would need stitching.
+//!
 //! # Layout of the crate
 //!
 //! - [`algebra`]: the pure model, with no JSON and no I/O: [`Dtype`], the
 //!   position interval [`Rows`], [`Segment`], and the merge rule ([`cut`],
 //!   [`Cuts::clip`], [`merge_segments`]).
-//! - The JSON adapter: [`merge_routed_payload_in_json`],
-//!   [`prefill_has_routed_experts`] and [`Stitcher`], which maps responses to
-//!   the algebra and back, and [`Error`], which says where a response is
-//!   wrong.
+//! - The JSON entry points: [`merge_routed_experts_for_pd`],
+//!   [`merge_routed_payload_in_json`], [`merge_routed_experts_in_json`],
+//!   [`prefill_has_routed_experts`], and [`Stitcher`] for more stitched
+//!   fields. They map responses to the algebra and back, planning every change
+//!   before making any.
+//! - [`inline`]: the inline forms ([`Form`]) and what can be wrong with them
+//!   ([`Base64Error`], [`NpyError`]).
+//! - [`Error`]: what went wrong, and where ([`Location`]).
 //!
 //! # Guarantees
 //!
