@@ -22,13 +22,16 @@ use serde_json::Value;
 use crate::algebra::{Dtype, Overflow, Rows};
 use crate::inline::{Base64Error, Form, NpyError};
 
-/// Which of the two responses a [`Location`] is in.
+/// Which response a [`Location`] is in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Side {
     /// The prefill instance's response.
     Prefill,
     /// The decode instance's response (the one the merge writes into).
     Decode,
+    /// A response read on its own, by [`gather`](crate::gather) or
+    /// [`check`](crate::gather::check).
+    Response,
 }
 
 impl fmt::Display for Side {
@@ -36,6 +39,7 @@ impl fmt::Display for Side {
         f.write_str(match self {
             Side::Prefill => "prefill",
             Side::Decode => "decode",
+            Side::Response => "response",
         })
     }
 }
@@ -52,7 +56,7 @@ pub enum Step {
 /// A place in one of the two responses: a side and a JSON path from its root.
 ///
 /// Displays as `decode choices[1].payload[3].rows`; the root itself displays
-/// as `decode response`.
+/// as `decode response` (or `response`, for a response read on its own).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Location {
     side: Side,
@@ -94,7 +98,7 @@ impl Location {
 impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.side)?;
-        if self.path.is_empty() {
+        if self.path.is_empty() && self.side != Side::Response {
             return f.write_str(" response");
         }
         for (i, step) in self.path.iter().enumerate() {

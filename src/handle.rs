@@ -155,13 +155,13 @@ fn stitched<'v, S: AsRef<str>>(
 }
 
 /// `side choices[choice].payload[item]`.
-fn item_at(side: Side, choice: usize, item: usize) -> Location {
+pub(crate) fn item_at(side: Side, choice: usize, item: usize) -> Location {
     choice_at(side, choice).key("payload").index(item)
 }
 
 /// Validates a stitched segment object and maps it into the algebra. The file
 /// handle is `()`: the merge never looks at it.
-fn parse_segment(
+pub(crate) fn parse_segment(
     field: &str,
     object: &Map<String, Value>,
     at: &dyn Fn() -> Location,

@@ -90,10 +90,13 @@
 
 pub mod algebra;
 mod error;
+pub mod gather;
 mod handle;
 pub mod inline;
 mod json;
 mod merge;
+#[cfg(feature = "cli")]
+pub mod sim;
 mod stitcher;
 
 pub use algebra::{

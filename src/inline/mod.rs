@@ -110,6 +110,33 @@ pub(crate) fn first_orphan(decode: &Value) -> Option<Error> {
     })
 }
 
+/// Reads inline rows on their own: their positions and dtype (as an
+/// in-memory segment at offset 0) and their bytes, in position order.
+pub(crate) fn read_rows(
+    value: &Value,
+    at: impl Fn() -> Location,
+) -> Result<(Form, Segment<()>, Vec<u8>), Error> {
+    let rows = Inline::parse(value, at)?;
+    let mut bytes = Vec::with_capacity(rows.bytes.len());
+    let dtype = rows.segment.dtype();
+    rows.bytes.append(0, dtype, dtype, &mut bytes);
+    Ok((rows.form, rows.segment, bytes))
+}
+
+/// The standard base64 text of `bytes`.
+#[cfg(feature = "cli")]
+pub(crate) fn encode_base64(bytes: &[u8]) -> String {
+    base64::encode(bytes)
+}
+
+/// The version 1.0 `.npy` file of a C-order array of `dtype` and `shape`
+/// holding `data`.
+pub(crate) fn npy_file(dtype: Dtype, shape: &[u64], data: &[u8]) -> Result<Vec<u8>, NpyError> {
+    let mut file = npy::header(dtype, shape)?;
+    file.extend_from_slice(data);
+    Ok(file)
+}
+
 /// One side's inline rows: where they are (an in-memory segment at offset 0)
 /// and their bytes.
 struct Inline<'v> {

@@ -1,0 +1,89 @@
+"""Writes the example responses and row files under examples/.
+
+Rows are easy to read back: the uint16 element k of the true row of position x
+is 100 * x + k, and a decode instance's own row for a prompt position is 9999
+everywhere (it does not know the prompt's routing). Run from the repository
+root:  python3 examples/make_examples.py
+"""
+import base64
+import json
+import os
+import struct
+
+SHAPE = [2, 4]  # (layers, topk)
+ELEMS = SHAPE[0] * SHAPE[1]
+ROW = 2 * ELEMS  # uint16
+
+
+def row(x, wrong=False):
+    return struct.pack("<%dH" % ELEMS, *([9999] * ELEMS if wrong else [100 * x + k for k in range(ELEMS)]))
+
+
+def seg(field, file, offset, pos, rows, dtype="uint16", shape=SHAPE):
+    return {"field": field, "file": file, "offset": offset, "pos": pos, "rows": rows, "dtype": dtype, "shape": shape}
+
+
+def write(path, value):
+    with open(path, "w") as f:
+        json.dump(value, f, indent=2)
+        f.write("\n")
+
+
+def seed():
+    # Prompt of 3 tokens; the prefill computed rows [0, 3).
+    with open("examples/seed/p.bin", "wb") as f:
+        f.write(b"".join(row(x) for x in range(3)))
+    # Two decode choices of 3 tokens: rows [2, 5), row 2 the decode's own (wrong).
+    # Choice 1 was preempted after its first row: two segments.
+    d = b"".join([row(2, True), row(3), row(4)]) + b"".join([row(2, True), row(3), row(4)])
+    with open("examples/seed/d.bin", "wb") as f:
+        f.write(d)
+    with open("examples/seed/m.bin", "wb") as f:
+        f.write(bytes(3 * 8))
+    write("examples/seed/prefill.json", {
+        "id": "cmpl-seed", "object": "text_completion",
+        "choices": [{"index": 0, "token_ids": [11], "finish_reason": "length", "payload": [
+            seg("routed_experts", "p.bin", 0, 0, 3),
+            seg("sampling_mask", "m.bin", 0, 2, 1, "bool", [8]),
+        ]}],
+    })
+    write("examples/seed/decode.json", {
+        "id": "cmpl-seed", "object": "text_completion",
+        "choices": [
+            {"index": 0, "token_ids": [11, 12, 13], "finish_reason": "length", "payload": [
+                seg("routed_experts", "d.bin", 0, 2, 3),
+                seg("sampling_mask", "m.bin", 0, 2, 3, "bool", [8]),
+            ]},
+            {"index": 1, "token_ids": [11, 21, 22], "finish_reason": "length", "payload": [
+                seg("routed_experts", "d.bin", 3 * ROW, 2, 1),
+                seg("routed_experts", "d.bin", 4 * ROW, 3, 2),
+            ]},
+        ],
+    })
+
+
+def inline():
+    b64 = lambda rows: base64.b64encode(b"".join(rows)).decode()
+    write("examples/inline/prefill.json", {"choices": [{"index": 0, "routed_experts": {
+        "data": b64([row(x) for x in range(3)]), "shape": [3] + SHAPE, "start": 0, "dtype": "uint16"}}]})
+    write("examples/inline/decode.json", {"choices": [{"index": 0, "routed_experts": {
+        "data": b64([row(2, True), row(3), row(4)]), "shape": [3] + SHAPE, "start": 2, "dtype": "uint16"}}]})
+
+
+def broken():
+    with open("examples/broken/rows.bin", "wb") as f:
+        f.write(b"".join(row(x) for x in range(6)))
+    write("examples/broken/gap.json", {"choices": [{"payload": [
+        seg("routed_experts", "rows.bin", 0, 0, 3), seg("routed_experts", "rows.bin", 4 * ROW, 4, 2)]}]})
+    write("examples/broken/overlap.json", {"choices": [{"payload": [
+        seg("routed_experts", "rows.bin", 0, 0, 3), seg("routed_experts", "rows.bin", 2 * ROW, 2, 3)]}]})
+    write("examples/broken/short.json", {"choices": [{"payload": [
+        seg("routed_experts", "rows.bin", 0, 0, 3), seg("routed_experts", "rows.bin", 3 * ROW, 3, 4)]}]})
+    write("examples/broken/missing.json", {"choices": [{"payload": [
+        seg("routed_experts", "no-such-file.bin", 0, 0, 3)]}]})
+
+
+if __name__ == "__main__":
+    seed()
+    inline()
+    broken()

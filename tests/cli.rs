@@ -1,0 +1,375 @@
+//! The `pd-stitch` command: each subcommand on the committed examples, its
+//! errors (one line on stderr, exit status 1, nothing on stdout), and --help.
+#![cfg(feature = "cli")]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn pd_stitch(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pd-stitch"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8(out.stderr.clone()).unwrap()
+}
+
+fn read(path: &str) -> Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// A failure: exit status 1, nothing on stdout, one line on stderr that says
+/// `error: ` and contains `needle`.
+fn assert_fails(out: &Output, needle: &str) {
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(out));
+    assert!(out.stdout.is_empty(), "stdout: {}", stdout(out));
+    let err = stderr(out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("error: ") && err.contains(needle), "{err}");
+}
+
+#[test]
+fn merge_equals_the_library_on_every_committed_example() {
+    for (dir, fields) in [
+        ("examples/seed", vec![]),
+        ("examples/inline", vec![]),
+        ("examples/seed", vec!["--field", "sampling_mask"]),
+    ] {
+        let (p, d) = (format!("{dir}/prefill.json"), format!("{dir}/decode.json"));
+        let mut args = vec!["merge", &p, &d];
+        args.extend(&fields);
+        let out = pd_stitch(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let mut stitcher = pd_stitch::Stitcher::new();
+        for f in fields.iter().skip(1).step_by(2) {
+            stitcher = stitcher.field(*f);
+        }
+        let mut expected = read(&d);
+        stitcher
+            .merge_routed_experts_for_pd(&read(&p), &mut expected)
+            .unwrap();
+        let got: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        assert_eq!(got, expected, "{dir} {fields:?}");
+    }
+}
+
+#[test]
+fn merge_writes_to_a_file_and_leaves_unstitched_responses_as_they_are() {
+    let out_path = std::env::temp_dir().join(format!("pd-stitch-cli-{}.json", std::process::id()));
+    let out_arg = out_path.to_str().unwrap();
+    let out = pd_stitch(&[
+        "merge",
+        "examples/broken/gap.json",
+        "examples/broken/gap.json",
+        "-o",
+        out_arg,
+        "--pretty",
+    ]);
+    assert!(
+        out.status.success() && out.stdout.is_empty(),
+        "{}",
+        stderr(&out)
+    );
+    // Prefill and decode alike: the merge stitches, so read it back and compare with the library.
+    let mut expected = read("examples/broken/gap.json");
+    pd_stitch::merge_routed_experts_for_pd(&read("examples/broken/gap.json"), &mut expected)
+        .unwrap();
+    assert_eq!(read(out_arg), expected);
+    // Nothing to stitch: the decode comes out unchanged.
+    let empty =
+        std::env::temp_dir().join(format!("pd-stitch-cli-empty-{}.json", std::process::id()));
+    std::fs::write(
+        &empty,
+        r#"{"choices": [{"text": "hi", "payload": [{"field": "sampling_mask"}]}]}"#,
+    )
+    .unwrap();
+    let out = pd_stitch(&["merge", empty.to_str().unwrap(), empty.to_str().unwrap()]);
+    assert!(out.status.success());
+    assert_eq!(
+        serde_json::from_str::<Value>(&stdout(&out)).unwrap(),
+        read(empty.to_str().unwrap())
+    );
+    std::fs::remove_file(out_path).unwrap();
+    std::fs::remove_file(empty).unwrap();
+}
+
+#[test]
+fn merge_errors_are_one_line_and_exit_1() {
+    // Inline prefill rows, decode rows by handle only: the by-handle rows have no prefill rows.
+    assert_fails(
+        &pd_stitch(&[
+            "merge",
+            "examples/inline/prefill.json",
+            "examples/seed/decode.json",
+        ]),
+        "decode choices[0].payload[0]: the decode has rows",
+    );
+    assert_fails(
+        &pd_stitch(&["merge", "examples/seed/prefill.json", "examples/inline/decode.json"]),
+        "decode choices[0].routed_experts: the decode has rows of field \"routed_experts\" but prefill choices[0] has none",
+    );
+    assert_fails(
+        &pd_stitch(&["merge", "no-such.json", "examples/seed/decode.json"]),
+        "no-such.json",
+    );
+    assert_fails(
+        &pd_stitch(&["merge", "examples/seed/p.bin", "examples/seed/decode.json"]),
+        "not JSON",
+    );
+    // Decode rows by handle without prefill rows.
+    assert_fails(
+        &pd_stitch(&["merge", "examples/inline/prefill.json", "examples/broken/gap.json"]),
+        "decode choices[0].payload[0]: the decode has rows of field \"routed_experts\" but prefill choices[0] has none",
+    );
+}
+
+#[test]
+fn check_reports_a_good_layout_and_each_kind_of_problem() {
+    let out = pd_stitch(&[
+        "check",
+        "examples/seed/prefill.json",
+        "--root",
+        "examples/seed",
+    ]);
+    assert!(out.status.success(), "{}", stdout(&out));
+    assert!(stdout(&out).contains("routed_experts"), "{}", stdout(&out));
+    let cases = [
+        ("gap.json", "choices[0] routed_experts: gaps at [3, 4)"),
+        (
+            "overlap.json",
+            "choices[0] routed_experts: positions covered twice at [2, 3)",
+        ),
+        (
+            "short.json",
+            "rows.bin is 96 bytes long, but the segment needs bytes up to 112",
+        ),
+        ("missing.json", "no-such-file.bin"),
+    ];
+    for (file, message) in cases {
+        let out = pd_stitch(&[
+            "check",
+            &format!("examples/broken/{file}"),
+            "--root",
+            "examples/broken",
+        ]);
+        assert_eq!(out.status.code(), Some(1), "{file}");
+        let text = stdout(&out);
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("problem: ") && l.contains(message)),
+            "{file}: {text}"
+        );
+    }
+    let inline = pd_stitch(&["check", "examples/inline/decode.json"]);
+    assert!(inline.status.success());
+    assert!(
+        stdout(&inline).contains("routed_experts (inline compact)"),
+        "{}",
+        stdout(&inline)
+    );
+}
+
+/// The rows of the seed example are known: element k of position x is
+/// 100 x + k (uint16), so the merged response must gather to exactly that.
+#[test]
+fn gather_reads_back_the_true_rows_of_the_merged_seed_example() {
+    let dir = std::env::temp_dir().join(format!("pd-stitch-gather-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let merged = dir.join("merged.json");
+    let out = pd_stitch(&[
+        "merge",
+        "examples/seed/prefill.json",
+        "examples/seed/decode.json",
+        "-o",
+        merged.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let expected: Vec<u8> = (0..5u16)
+        .flat_map(|x| (0..8u16).flat_map(move |k| (100 * x + k).to_le_bytes()))
+        .collect();
+    for choice in ["0", "1"] {
+        let npy = dir.join(format!("c{choice}.npy"));
+        let out = pd_stitch(&[
+            "gather",
+            merged.to_str().unwrap(),
+            "--choice",
+            choice,
+            "--root",
+            "examples/seed",
+            "--npy",
+            npy.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let file = std::fs::read(&npy).unwrap();
+        assert_eq!(
+            &file[file.len() - expected.len()..],
+            &expected[..],
+            "choice {choice}"
+        );
+        assert!(String::from_utf8_lossy(&file[..128])
+            .contains("'descr': '<u2', 'fortran_order': False, 'shape': (5, 2, 4)"));
+    }
+    let summary = stdout(&pd_stitch(&[
+        "gather",
+        merged.to_str().unwrap(),
+        "--choice",
+        "0",
+        "--root",
+        "examples/seed",
+    ]));
+    assert!(
+        summary.contains("positions  [0, 5)")
+            && summary.contains("shape      [5, 2, 4]")
+            && summary.contains("checksum"),
+        "{summary}"
+    );
+    // The inline form gathers to the same rows.
+    let out = pd_stitch(&[
+        "merge",
+        "examples/inline/prefill.json",
+        "examples/inline/decode.json",
+        "-o",
+        merged.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let inline = stdout(&pd_stitch(&[
+        "gather",
+        merged.to_str().unwrap(),
+        "--choice",
+        "0",
+    ]));
+    assert_eq!(
+        inline.lines().find(|l| l.starts_with("checksum")),
+        summary.lines().find(|l| l.starts_with("checksum"))
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn gather_fails_clearly_on_gaps_overlaps_short_and_missing_files() {
+    let cases = [
+        (
+            "gap.json",
+            "response choices[0] routed_experts: positions [3, 4) are covered by no segment",
+        ),
+        (
+            "overlap.json",
+            "positions [2, 3) are covered by two segments (payload[0] and payload[1])",
+        ),
+        (
+            "short.json",
+            "96 bytes long, but response choices[0].payload[1] needs bytes up to 112",
+        ),
+        ("missing.json", "no-such-file.bin"),
+    ];
+    for (file, message) in cases {
+        assert_fails(
+            &pd_stitch(&[
+                "gather",
+                &format!("examples/broken/{file}"),
+                "--choice",
+                "0",
+                "--root",
+                "examples/broken",
+            ]),
+            message,
+        );
+    }
+    assert_fails(
+        &pd_stitch(&["gather", "examples/seed/decode.json", "--choice", "7"]),
+        "response choices[7]: must be an object, got nothing",
+    );
+    assert_fails(
+        &pd_stitch(&[
+            "gather",
+            "examples/seed/decode.json",
+            "--choice",
+            "0",
+            "--field",
+            "nope",
+        ]),
+        "no rows of field \"nope\"",
+    );
+}
+
+/// Metadata claims nothing about memory: a segment of 2^40 rows in a 48-byte
+/// file is refused after a look at the file's length.
+#[test]
+fn gather_refuses_claims_larger_than_the_file() {
+    let response = std::env::temp_dir().join(format!("pd-stitch-huge-{}.json", std::process::id()));
+    std::fs::write(
+        &response,
+        r#"{"choices": [{"payload": [{"field": "routed_experts", "file": "p.bin", "offset": 0,
+            "pos": 0, "rows": 1099511627776, "dtype": "uint16", "shape": [2, 4]}]}]}"#,
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let out = pd_stitch(&[
+        "gather",
+        response.to_str().unwrap(),
+        "--choice",
+        "0",
+        "--root",
+        "examples/seed",
+    ]);
+    assert_fails(
+        &out,
+        "48 bytes long, but response choices[0].payload[0] needs bytes up to 17592186044416",
+    );
+    assert!(started.elapsed().as_secs() < 10);
+    std::fs::remove_file(response).unwrap();
+}
+
+#[test]
+fn simulate_runs_and_says_so() {
+    let out = pd_stitch(&["simulate", "--requests", "12", "--seed", "3"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("all 12 requests bitwise equal to the colocated truth in every mode"),
+        "{text}"
+    );
+    for mode in ["by-handle", "inline compact", "inline npy"] {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(mode) && l.matches("12/12").count() == 3),
+            "{mode}: {text}"
+        );
+    }
+}
+
+#[test]
+fn every_subcommand_has_help() {
+    for sub in [
+        vec!["--help"],
+        vec!["merge", "--help"],
+        vec!["check", "--help"],
+        vec!["gather", "--help"],
+        vec!["simulate", "--help"],
+    ] {
+        let out = pd_stitch(&sub);
+        assert!(out.status.success(), "{sub:?}");
+        assert!(stdout(&out).contains("Usage: pd-stitch"), "{sub:?}");
+    }
+    let out = pd_stitch(&["merge"]);
+    assert_eq!(out.status.code(), Some(2)); // clap's usage error
+}
+
+#[test]
+fn examples_exist_where_the_readme_says() {
+    for f in [
+        "examples/seed/prefill.json",
+        "examples/seed/decode.json",
+        "examples/inline/prefill.json",
+    ] {
+        assert!(Path::new(f).exists(), "{f}");
+    }
+}

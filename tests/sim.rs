@@ -1,0 +1,208 @@
+//! The simulator end to end: the library's merge comes out bitwise equal to
+//! the colocated truth in every form, and a merge with the cut off by one is
+//! caught in every form.
+#![cfg(feature = "cli")]
+
+use std::path::PathBuf;
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use pd_stitch::sim::{run, Config, Mode, Request};
+use pd_stitch::Error;
+use serde_json::{json, Value};
+
+fn dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("pd-stitch-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn config(name: &str, requests: usize) -> Config {
+    Config {
+        requests,
+        seed: 42,
+        dir: dir(name),
+        concurrency: 2,
+    }
+}
+
+#[test]
+fn the_library_merge_is_bitwise_right_in_every_form() {
+    let config = config("right", 40);
+    let summary = run(
+        &config,
+        &|p: &Value, d: &mut Value| pd_stitch::merge_routed_experts_for_pd(p, d),
+        &|_, _| {},
+    )
+    .unwrap();
+    std::fs::remove_dir_all(&config.dir).unwrap();
+    assert!(summary.all_equal(), "{summary}\n{:#?}", summary.mismatches);
+    assert_eq!(summary.requests, 40);
+    for m in &summary.modes {
+        assert_eq!(
+            (m.stitched, m.equal_to_colocated, m.equal_to_others),
+            (40, 40, 40),
+            "{:?}",
+            m.mode
+        );
+    }
+    assert_eq!(
+        summary.modes.iter().map(|m| m.mode).collect::<Vec<_>>(),
+        Mode::ALL
+    );
+}
+
+/// The prefill response with its last row taken away, so that the merge cuts
+/// one position early and takes the decode's own (wrong) row for the last
+/// prompt position: the classic off-by-one of P/D stitching.
+fn cut_one_early(prefill: &Value) -> Value {
+    let mut prefill = prefill.clone();
+    let choice = &mut prefill["choices"][0];
+    if let Some(payload) = choice.get_mut("payload").and_then(Value::as_array_mut) {
+        let last = payload
+            .iter_mut()
+            .filter(|s| s["field"] == "routed_experts")
+            .max_by_key(|s| s["pos"].as_u64().unwrap() + s["rows"].as_u64().unwrap())
+            .unwrap();
+        last["rows"] = json!(last["rows"].as_u64().unwrap() - 1);
+    }
+    match choice.get_mut("routed_experts") {
+        Some(Value::Object(compact)) => {
+            let seq = compact["shape"][0].as_u64().unwrap();
+            let data = STANDARD.decode(compact["data"].as_str().unwrap()).unwrap();
+            let keep = data.len() / seq as usize * (seq as usize - 1);
+            compact.insert("data".into(), json!(STANDARD.encode(&data[..keep])));
+            compact["shape"][0] = json!(seq - 1);
+        }
+        Some(npy @ Value::String(_)) => {
+            // Rebuild the .npy with one row fewer (header written naively).
+            let file = STANDARD.decode(npy.as_str().unwrap()).unwrap();
+            let len = u16::from_le_bytes([file[8], file[9]]) as usize;
+            let header = std::str::from_utf8(&file[10..10 + len]).unwrap();
+            let shape = header
+                .split("'shape': (")
+                .nth(1)
+                .unwrap()
+                .split(')')
+                .next()
+                .unwrap();
+            let dims: Vec<usize> = shape
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|s| s.parse().unwrap())
+                .collect();
+            let descr = header
+                .split("'descr': '")
+                .nth(1)
+                .unwrap()
+                .split('\'')
+                .next()
+                .unwrap();
+            let row = (file.len() - 10 - len) / dims[0];
+            let dict = format!(
+                "{{'descr': '{descr}', 'fortran_order': False, 'shape': ({}, {}, {}), }}",
+                dims[0] - 1,
+                dims[1],
+                dims[2]
+            );
+            let padded = (10 + dict.len() + 1).div_ceil(64) * 64 - 10;
+            let mut out = b"\x93NUMPY\x01\x00".to_vec();
+            out.extend_from_slice(&(padded as u16).to_le_bytes());
+            out.extend_from_slice(dict.as_bytes());
+            out.resize(10 + padded - 1, b' ');
+            out.push(b'\n');
+            out.extend_from_slice(&file[10 + len..file.len() - row]);
+            *npy = json!(STANDARD.encode(out));
+        }
+        _ => {}
+    }
+    prefill
+}
+
+#[test]
+fn a_merge_that_cuts_one_position_early_is_caught_in_every_form() {
+    let config = config("early", 24);
+    let broken = |p: &Value, d: &mut Value| -> Result<bool, Error> {
+        pd_stitch::merge_routed_experts_for_pd(&cut_one_early(p), d)
+    };
+    let summary = run(&config, &broken, &|_, _| {}).unwrap();
+    std::fs::remove_dir_all(&config.dir).unwrap();
+    assert!(!summary.all_equal());
+    for m in &summary.modes {
+        // Every request has a last prompt position whose decode row is wrong.
+        assert_eq!(
+            m.equal_to_colocated, 0,
+            "{:?} not caught:\n{summary}",
+            m.mode
+        );
+    }
+    let first = Request::draw(42, 0);
+    let expected = format!(
+        "request 0 (by-handle) choice 0: position {}: rows differ from the truth",
+        first.prompt - 1
+    );
+    assert!(
+        summary.mismatches.contains(&expected),
+        "{:#?}",
+        summary.mismatches
+    );
+}
+
+#[test]
+fn a_merge_that_cuts_one_position_late_leaves_a_gap_that_is_caught() {
+    let config = config("late", 12);
+    // By handle only: after a correct merge, start the decode's rows one later.
+    let broken = |p: &Value, d: &mut Value| -> Result<bool, Error> {
+        let stitched = pd_stitch::merge_routed_experts_for_pd(p, d)?;
+        let cut = p["choices"][0]["payload"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|s| s["field"] == "routed_experts")
+            .map(|s| s["pos"].as_u64().unwrap() + s["rows"].as_u64().unwrap())
+            .max();
+        for choice in d["choices"].as_array_mut().unwrap() {
+            for seg in choice
+                .get_mut("payload")
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                if Some(seg["pos"].as_u64().unwrap_or(0)) == cut
+                    && seg["field"] == "routed_experts"
+                    && seg["rows"].as_u64() > Some(1)
+                {
+                    let offset = seg["offset"].as_u64().unwrap();
+                    let width = seg["shape"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|v| v.as_u64().unwrap())
+                        .product::<u64>()
+                        * if seg["dtype"] == "uint16" { 2 } else { 1 };
+                    seg["pos"] = json!(cut.unwrap() + 1);
+                    seg["rows"] = json!(seg["rows"].as_u64().unwrap() - 1);
+                    seg["offset"] = json!(offset + width); // the offset moves with the start
+                }
+            }
+        }
+        Ok(stitched)
+    };
+    let summary = run(&config, &broken, &|_, _| {}).unwrap();
+    std::fs::remove_dir_all(&config.dir).unwrap();
+    let by_handle = summary
+        .modes
+        .iter()
+        .find(|m| m.mode == Mode::ByHandle)
+        .unwrap();
+    assert!(by_handle.equal_to_colocated < summary.requests, "{summary}");
+    assert!(
+        summary
+            .mismatches
+            .iter()
+            .any(|m| m.contains("are covered by no segment")),
+        "{:#?}",
+        summary.mismatches
+    );
+}
