@@ -17,7 +17,7 @@
 //! Each in three forms: by handle (real files, end-anchored segments, with
 //! `sampling_mask` segments beside them), inline compact and inline npy. It
 //! stitches every pair with a merge function (the library's, or a broken one
-//! in tests), gathers the rows back with [`gather`](crate::gather::gather),
+//! in tests), gathers the rows back with [`gather`](crate::gather::gather()),
 //! and compares them bitwise with the truth and across forms.
 
 use std::fmt;
