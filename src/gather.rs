@@ -489,6 +489,22 @@ pub struct FieldReport {
     pub problems: Vec<String>,
 }
 
+impl FieldReport {
+    fn empty(choice: usize, field: String) -> FieldReport {
+        FieldReport {
+            choice,
+            field,
+            segments: 0,
+            coverage: Vec::new(),
+            gaps: Vec::new(),
+            overlaps: Vec::new(),
+            dtype: None,
+            shape: None,
+            problems: Vec::new(),
+        }
+    }
+}
+
 /// Looks over every choice of `response`: for each field of its payload
 /// segments (and its inline `routed_experts`), the coverage, gaps and
 /// overlaps, whether dtype and shape agree, whether the segments come in
@@ -549,17 +565,7 @@ fn check_payload(choice: &Map<String, Value>, i: usize, root: &Path, report: &mu
 }
 
 fn check_field(items: &[Value], i: usize, field: &str, root: &Path) -> FieldReport {
-    let mut out = FieldReport {
-        choice: i,
-        field: field.to_owned(),
-        segments: 0,
-        coverage: Vec::new(),
-        gaps: Vec::new(),
-        overlaps: Vec::new(),
-        dtype: None,
-        shape: None,
-        problems: Vec::new(),
-    };
+    let mut out = FieldReport::empty(i, field.to_owned());
     let mut segments: Vec<(usize, Segment<String>)> = Vec::new();
     for (j, item) in items.iter().enumerate() {
         let Some(object) = item.as_object() else {
@@ -629,17 +635,8 @@ fn check_field(items: &[Value], i: usize, field: &str, root: &Path) -> FieldRepo
 }
 
 fn check_inline(value: &Value, i: usize) -> FieldReport {
-    let mut out = FieldReport {
-        choice: i,
-        field: format!("{ROUTED_EXPERTS} (inline)"),
-        segments: 1,
-        coverage: Vec::new(),
-        gaps: Vec::new(),
-        overlaps: Vec::new(),
-        dtype: None,
-        shape: None,
-        problems: Vec::new(),
-    };
+    let mut out = FieldReport::empty(i, format!("{ROUTED_EXPERTS} (inline)"));
+    out.segments = 1;
     match inline::read_rows(value, || choice_at(Side::Response, i).key(ROUTED_EXPERTS)) {
         Ok((form, segment, _)) => {
             out.field = format!(

@@ -236,32 +236,25 @@ impl Request {
         let prompt_rows: Vec<u8> = (0..self.prompt)
             .flat_map(|x| self.truth_row(0, x))
             .collect();
-        let decode_rows: Vec<Vec<u8>> = (0..self.choices)
-            .map(|c| {
-                (self.prompt - 1..self.rows())
-                    .flat_map(|x| {
-                        if x < self.prompt {
-                            self.wrong_row(c, x)
-                        } else {
-                            self.truth_row(c, x)
-                        }
-                    })
-                    .collect()
-            })
-            .collect();
-        let decode_npy_rows: Vec<Vec<u8>> = (0..self.choices)
-            .map(|c| {
-                (0..self.rows())
-                    .flat_map(|x| {
-                        if x < self.prompt {
-                            self.wrong_row(c, x)
-                        } else {
-                            self.truth_row(c, x)
-                        }
-                    })
-                    .collect()
-            })
-            .collect();
+        // What the decode instance holds for positions `from..`: its own
+        // (wrong) rows for prompt positions, the truth after them.
+        let decode_from = |from: u64| -> Vec<Vec<u8>> {
+            (0..self.choices)
+                .map(|c| {
+                    (from..self.rows())
+                        .flat_map(|x| {
+                            if x < self.prompt {
+                                self.wrong_row(c, x)
+                            } else {
+                                self.truth_row(c, x)
+                            }
+                        })
+                        .collect()
+                })
+                .collect()
+        };
+        let decode_rows = decode_from(self.prompt - 1);
+        let decode_npy_rows = decode_from(0);
 
         // By handle: real files, segments anchored at the end as the writer does.
         let colocated_file = format!("{name}/colocated.bin");

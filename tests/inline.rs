@@ -16,7 +16,7 @@ use pd_stitch::{
 };
 use proptest::prelude::*;
 use serde_json::{json, Value};
-use support::config;
+use support::{config, npy_read, npy_write, variant};
 
 // ----------------------------------------------------------------------------
 // Rows, written and read back without the crate.
@@ -77,18 +77,11 @@ impl Rows {
     }
 
     fn npy(&self, layers: u64, topk: u64) -> Value {
-        let dict = format!(
-            "{{'descr': '{}', 'fortran_order': False, 'shape': ({}, {layers}, {topk}), }}",
+        let file = npy_write(
             npy_descr(self.dtype),
-            self.rows.len()
+            &[self.rows.len() as u64, layers, topk],
+            &self.bytes(),
         );
-        let mut file = b"\x93NUMPY\x01\x00".to_vec();
-        let padded = (10 + dict.len() + 1).div_ceil(64) * 64 - 10;
-        file.extend_from_slice(&(padded as u16).to_le_bytes());
-        file.extend_from_slice(dict.as_bytes());
-        file.resize(10 + padded - 1, b' ');
-        file.push(b'\n');
-        file.extend(self.bytes());
         json!(STANDARD.encode(file))
     }
 }
@@ -135,45 +128,16 @@ fn decode_compact(v: &Value) -> Decoded {
 }
 
 /// A naive `.npy` reader: version 1.0, header padded to 64 bytes.
+/// A merged `.npy`, read with the test's own reader.
 fn decode_npy(v: &Value) -> Decoded {
-    let file = STANDARD.decode(v.as_str().unwrap()).unwrap();
-    assert_eq!(
-        &file[..8],
-        b"\x93NUMPY\x01\x00",
-        "merged npy is version 1.0"
-    );
-    let len = u16::from_le_bytes([file[8], file[9]]) as usize;
-    assert_eq!((10 + len) % 64, 0, "header padded to 64 bytes");
-    let header = std::str::from_utf8(&file[10..10 + len]).unwrap();
-    assert!(header.ends_with('\n'));
-    let descr = header
-        .split("'descr': '")
-        .nth(1)
-        .unwrap()
-        .split('\'')
-        .next()
-        .unwrap();
-    assert!(header.contains("'fortran_order': False"));
-    let shape: Vec<u64> = header
-        .split("'shape': (")
-        .nth(1)
-        .unwrap()
-        .split(')')
-        .next()
-        .unwrap()
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse().unwrap())
-        .collect();
-    let dtype = match descr {
+    let (descr, shape, bytes) = npy_read(&STANDARD.decode(v.as_str().unwrap()).unwrap());
+    let dtype = match descr.as_str() {
         "|u1" => "uint8",
         "<u2" => "uint16",
         "<u4" => "uint32",
         "<u8" => "uint64",
         other => panic!("descr {other}"),
     };
-    let bytes = file[10 + len..].to_vec();
     Decoded {
         start: 0,
         dtype: dtype.to_owned(),
@@ -599,12 +563,7 @@ fn inject(case: &Case, fault: &Fault, i: usize) -> Option<(Value, Value, &'stati
             ("Structure", at)
         }
         Fault::NpyNot3d if !compact => {
-            let dict = "{'descr': '|u1', 'fortran_order': False, 'shape': (2,), }";
-            let mut file = b"\x93NUMPY\x01\x00".to_vec();
-            file.extend_from_slice(&(dict.len() as u16 + 1).to_le_bytes());
-            file.extend_from_slice(dict.as_bytes());
-            file.extend_from_slice(b"\n\x01\x02");
-            *target = json!(STANDARD.encode(file));
+            *target = json!(STANDARD.encode(npy_write("|u1", &[2], &[1, 2])));
             ("Npy", at)
         }
         Fault::NpyNot3d => return None,
@@ -613,25 +572,6 @@ fn inject(case: &Case, fault: &Fault, i: usize) -> Option<(Value, Value, &'stati
 }
 
 type MergeFn = fn(&Value, &mut Value) -> Result<bool, Error>;
-
-fn variant(err: &Error) -> &'static str {
-    match err {
-        Error::Structure { .. } => "Structure",
-        Error::Integer { .. } => "Integer",
-        Error::Dtype { .. } => "Dtype",
-        Error::Overflow { .. } => "Overflow",
-        Error::MissingPrefillField { .. } => "MissingPrefillField",
-        Error::MissingDecodeRows { .. } => "MissingDecodeRows",
-        Error::Base64 { .. } => "Base64",
-        Error::Npy { .. } => "Npy",
-        Error::Length { .. } => "Length",
-        Error::FormMismatch { .. } => "FormMismatch",
-        Error::RowShapeMismatch { .. } => "RowShapeMismatch",
-        Error::DtypeMismatch { .. } => "DtypeMismatch",
-        Error::Coverage { .. } => "Coverage",
-        _ => "unknown",
-    }
-}
 
 proptest! {
     #![proptest_config(config("proptest-regressions/inline.txt"))]

@@ -7,7 +7,7 @@
 
 mod support;
 
-use pd_stitch::{Error, Stitcher};
+use pd_stitch::Stitcher;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use support::*;
@@ -534,17 +534,6 @@ fn inject(
         }
     };
     Some((prefill, decode, variant, at))
-}
-
-fn variant(err: &Error) -> &'static str {
-    match err {
-        Error::Structure { .. } => "Structure",
-        Error::Integer { .. } => "Integer",
-        Error::Dtype { .. } => "Dtype",
-        Error::Overflow { .. } => "Overflow",
-        Error::MissingPrefillField { .. } => "MissingPrefillField",
-        _ => "unknown",
-    }
 }
 
 proptest! {

@@ -3,6 +3,8 @@
 //! caught in every form.
 #![cfg(feature = "cli")]
 
+mod support;
+
 use std::path::PathBuf;
 
 use base64::engine::general_purpose::STANDARD;
@@ -75,45 +77,16 @@ fn cut_one_early(prefill: &Value) -> Value {
             compact["shape"][0] = json!(seq - 1);
         }
         Some(npy @ Value::String(_)) => {
-            // Rebuild the .npy with one row fewer (header written naively).
-            let file = STANDARD.decode(npy.as_str().unwrap()).unwrap();
-            let len = u16::from_le_bytes([file[8], file[9]]) as usize;
-            let header = std::str::from_utf8(&file[10..10 + len]).unwrap();
-            let shape = header
-                .split("'shape': (")
-                .nth(1)
-                .unwrap()
-                .split(')')
-                .next()
-                .unwrap();
-            let dims: Vec<usize> = shape
-                .split(',')
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(|s| s.parse().unwrap())
-                .collect();
-            let descr = header
-                .split("'descr': '")
-                .nth(1)
-                .unwrap()
-                .split('\'')
-                .next()
-                .unwrap();
-            let row = (file.len() - 10 - len) / dims[0];
-            let dict = format!(
-                "{{'descr': '{descr}', 'fortran_order': False, 'shape': ({}, {}, {}), }}",
-                dims[0] - 1,
-                dims[1],
-                dims[2]
-            );
-            let padded = (10 + dict.len() + 1).div_ceil(64) * 64 - 10;
-            let mut out = b"\x93NUMPY\x01\x00".to_vec();
-            out.extend_from_slice(&(padded as u16).to_le_bytes());
-            out.extend_from_slice(dict.as_bytes());
-            out.resize(10 + padded - 1, b' ');
-            out.push(b'\n');
-            out.extend_from_slice(&file[10 + len..file.len() - row]);
-            *npy = json!(STANDARD.encode(out));
+            // Rebuild the .npy with one row fewer.
+            let (descr, mut dims, data) =
+                support::npy_read(&STANDARD.decode(npy.as_str().unwrap()).unwrap());
+            let row = data.len() / dims[0] as usize;
+            dims[0] -= 1;
+            *npy = json!(STANDARD.encode(support::npy_write(
+                &descr,
+                &dims,
+                &data[..data.len() - row]
+            )));
         }
         _ => {}
     }

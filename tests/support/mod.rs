@@ -10,6 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use pd_stitch::Error;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};
 use serde_json::{json, Value};
@@ -117,6 +118,67 @@ impl Pair {
             .collect();
         json!({"id": "cmpl-decode", "object": "text_completion", "choices": choices, "usage": {}})
     }
+}
+
+/// The name of an error's variant, to compare with what a test expects.
+pub fn variant(err: &Error) -> &'static str {
+    match err {
+        Error::Structure { .. } => "Structure",
+        Error::Integer { .. } => "Integer",
+        Error::Dtype { .. } => "Dtype",
+        Error::Overflow { .. } => "Overflow",
+        Error::MissingPrefillField { .. } => "MissingPrefillField",
+        Error::MissingDecodeRows { .. } => "MissingDecodeRows",
+        Error::Base64 { .. } => "Base64",
+        Error::Npy { .. } => "Npy",
+        Error::Length { .. } => "Length",
+        Error::FormMismatch { .. } => "FormMismatch",
+        Error::RowShapeMismatch { .. } => "RowShapeMismatch",
+        Error::DtypeMismatch { .. } => "DtypeMismatch",
+        Error::Coverage { .. } => "Coverage",
+        _ => "unknown",
+    }
+}
+
+/// A naive `.npy` writer, independent of the crate's: version 1.0, a C-order
+/// array, the header padded with spaces to a multiple of 64 bytes.
+pub fn npy_write(descr: &str, dims: &[u64], data: &[u8]) -> Vec<u8> {
+    let shape: Vec<String> = dims.iter().map(u64::to_string).collect();
+    let dict = format!(
+        "{{'descr': '{descr}', 'fortran_order': False, 'shape': ({}), }}",
+        shape.join(", ")
+    );
+    let padded = (10 + dict.len() + 1).div_ceil(64) * 64 - 10;
+    let mut file = b"\x93NUMPY\x01\x00".to_vec();
+    file.extend_from_slice(&u16::try_from(padded).unwrap().to_le_bytes());
+    file.extend_from_slice(dict.as_bytes());
+    file.resize(10 + padded - 1, b' ');
+    file.push(b'\n');
+    file.extend_from_slice(data);
+    file
+}
+
+/// A naive `.npy` reader for version 1.0 C-order files: descr, shape, data.
+/// Asserts what a merged file must be: version 1.0, header padded to 64.
+pub fn npy_read(file: &[u8]) -> (String, Vec<u64>, Vec<u8>) {
+    assert_eq!(&file[..8], b"\x93NUMPY\x01\x00", "a version 1.0 .npy");
+    let len = u16::from_le_bytes([file[8], file[9]]) as usize;
+    assert_eq!((10 + len) % 64, 0, "header padded to 64 bytes");
+    let header = std::str::from_utf8(&file[10..10 + len]).unwrap();
+    assert!(
+        header.ends_with('\n') && header.contains("'fortran_order': False"),
+        "{header}"
+    );
+    let between =
+        |from: &str, to: char| header.split(from).nth(1).unwrap().split(to).next().unwrap();
+    let descr = between("'descr': '", '\'').to_owned();
+    let shape = between("'shape': (", ')')
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().unwrap())
+        .collect();
+    (descr, shape, file[10 + len..].to_vec())
 }
 
 // ----------------------------------------------------------------------------
