@@ -1,150 +1,144 @@
-//! Criterion benchmarks of the JSON entry points on pre-parsed responses.
-//!
-//! The decode response is cloned outside the timed region (`iter_batched`), so
-//! only the merge is measured. `serde_json::from_slice` of the same decode
-//! response is measured beside it as the yardstick of what a router already
-//! pays per response. Compare figures within one run only.
+//! Criterion benchmarks of the JSON entry points on pre-parsed responses,
+//! each beside a straightforward baseline of the same rules and beside
+//! `serde_json::from_slice` of the same decode response (what a router
+//! already pays). The decode response is cloned outside the timed region
+//! (`iter_batched`). Compare figures within one run only: docs/PERFORMANCE.md
+//! reports them as ratios.
 
-use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion};
-use serde_json::{json, Value};
+mod common;
 
-/// A realistic by-handle response pair: `choices` decode choices, each with
-/// `segments` routed-experts segments (one preemption split per segment), a
-/// sampling mask, 1,024 token ids and 1,024 logprobs.
-fn by_handle(choices: usize, segments: u64) -> (Value, Value) {
-    let prompt = 4096u64;
-    let seg = |file: &str, offset: u64, pos: u64, rows: u64| {
-        json!({"field": "routed_experts", "file": file, "offset": offset, "pos": pos, "rows": rows,
-               "dtype": "uint8", "shape": [48, 8]})
-    };
-    let prefill = json!({"id": "cmpl-p", "choices": [{"index": 0, "token_ids": [1],
-        "payload": [seg("/dev/shm/prefill-0.bin", 0, 0, prompt)]}]});
-    let per = 1024 / segments;
-    let choices: Vec<Value> = (0..choices)
-        .map(|i| {
-            let mut payload: Vec<Value> = (0..segments)
-                .map(|k| {
-                    let pos = prompt - 1 + k * per;
-                    seg(
-                        "/dev/shm/decode-0.bin",
-                        (i as u64 * 1024 + k * per) * 384,
-                        pos,
-                        per,
-                    )
-                })
-                .collect();
-            payload.push(
-                json!({"field": "sampling_mask", "file": "/dev/shm/mask.bin", "offset": 0,
-                                "pos": prompt - 1, "rows": 1024, "dtype": "bool", "shape": [1024]}),
-            );
-            json!({"index": i, "token_ids": (0..1024).collect::<Vec<u32>>(),
-                   "logprobs": (0..1024).map(|t| -(t as f64) / 997.0).collect::<Vec<f64>>(),
-                   "finish_reason": "length", "payload": payload})
-        })
-        .collect();
-    (
-        prefill,
-        json!({"id": "cmpl-d", "object": "text_completion", "choices": choices}),
-    )
+use base64::Engine;
+use common::baseline;
+use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
+use serde_json::Value;
+use std::time::Duration;
+
+type Merge = fn(&Value, &mut Value) -> Result<bool, String>;
+
+fn library_by_handle(p: &Value, d: &mut Value) -> Result<bool, String> {
+    pd_stitch::merge_routed_payload_in_json(p, d).map_err(|e| e.to_string())
 }
 
-fn bench_by_handle(c: &mut Criterion) {
-    let mut group = c.benchmark_group("by_handle");
-    for (choices, segments) in [(1, 2), (8, 32), (64, 256)] {
-        let (prefill, decode) = by_handle(choices, segments);
-        let bytes = serde_json::to_vec(&decode).expect("serializable");
-        let id = format!("{choices}x{segments}");
-        group.bench_with_input(BenchmarkId::new("merge", &id), &decode, |b, decode| {
-            b.iter_batched(
+fn library_inline(p: &Value, d: &mut Value) -> Result<bool, String> {
+    pd_stitch::merge_routed_experts_in_json(p, d).map_err(|e| e.to_string())
+}
+
+/// Benchmarks the library and the baseline on one input, after checking that
+/// they agree on it, and the parse of the decode response.
+fn bench_pair(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    id: &str,
+    input: &(Value, Value),
+    library: Merge,
+    base: Merge,
+) {
+    let (prefill, decode) = input;
+    let (mut a, mut b) = (decode.clone(), decode.clone());
+    assert_eq!(library(prefill, &mut a), Ok(true), "{id}");
+    assert_eq!(base(prefill, &mut b), Ok(true), "{id}");
+    assert!(a == b, "{id}: the baseline disagrees with the library");
+    drop((a, b));
+    for (name, merge) in [("merge", library), ("baseline", base)] {
+        group.bench_with_input(BenchmarkId::new(name, id), decode, |bench, decode| {
+            // The merged response is returned, so that dropping it is not timed.
+            bench.iter_batched(
                 || decode.clone(),
-                |mut decode| pd_stitch::merge_routed_payload_in_json(&prefill, &mut decode),
-                BatchSize::SmallInput,
+                |mut d| {
+                    let stitched = merge(prefill, &mut d);
+                    (d, stitched)
+                },
+                BatchSize::PerIteration,
             )
         });
-        group.bench_with_input(BenchmarkId::new("parse", &id), &bytes, |b, bytes| {
-            b.iter(|| serde_json::from_slice::<Value>(bytes))
-        });
+    }
+    let bytes = serde_json::to_vec(decode).expect("serializable");
+    group.bench_with_input(BenchmarkId::new("parse", id), &bytes, |bench, bytes| {
+        bench.iter(|| serde_json::from_slice::<Value>(bytes).expect("valid JSON"))
+    });
+}
+
+fn by_handle(c: &mut Criterion) {
+    let mut group = c.benchmark_group("by_handle");
+    for choices in [1, 8, 64] {
+        for segments in [2, 32, 256] {
+            let input = common::by_handle(choices, segments);
+            bench_pair(
+                &mut group,
+                &format!("{choices}x{segments}"),
+                &input,
+                library_by_handle,
+                baseline::by_handle,
+            );
+        }
     }
     group.finish();
 }
 
-/// Rows of `n` positions of 48 layers x 8 experts, `itemsize` bytes each,
-/// with values that vary (so no codec can shortcut on zeros).
-fn rows(n: usize, itemsize: usize, seed: u8) -> Vec<u8> {
-    (0..n * 48 * 8 * itemsize)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
-}
-
-fn compact_pair(
-    prompt: usize,
-    decoded: usize,
-    pdtype: (&str, usize),
-    ddtype: (&str, usize),
-) -> (Value, Value) {
-    use base64::Engine;
-    let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
-    let prefill = json!({"choices": [{"routed_experts": {"data": b64(&rows(prompt, pdtype.1, 1)),
-        "shape": [prompt, 48, 8], "start": 0, "dtype": pdtype.0}}]});
-    // The decode's rows start at its first forward, the last prompt position.
-    let decode = json!({"choices": [{"routed_experts": {"data": b64(&rows(decoded, ddtype.1, 2)),
-        "shape": [decoded, 48, 8], "start": prompt - 1, "dtype": ddtype.0}}]});
-    (prefill, decode)
-}
-
-fn npy_pair(prompt: usize, decoded: usize) -> (Value, Value) {
-    use base64::Engine;
-    let file = |n: usize, seed: u8| {
-        let dict = format!("{{'descr': '|u1', 'fortran_order': False, 'shape': ({n}, 48, 8), }}");
-        let mut f = b"\x93NUMPY\x01\x00".to_vec();
-        let padded = (10 + dict.len() + 1).div_ceil(64) * 64 - 10;
-        f.extend_from_slice(&(padded as u16).to_le_bytes());
-        f.extend_from_slice(dict.as_bytes());
-        f.resize(10 + padded - 1, b' ');
-        f.push(b'\n');
-        f.extend(rows(n, 1, seed));
-        base64::engine::general_purpose::STANDARD.encode(f)
-    };
-    (
-        json!({"choices": [{"routed_experts": file(prompt, 1)}]}),
-        json!({"choices": [{"routed_experts": file(decoded, 2)}]}),
-    )
-}
-
-/// One choice, prompt 16k rows, decode 32k rows (from the last prompt
-/// position), 48 x 8: the inline forms, and one plain `base64`-crate encode of
-/// the merged rows as the yardstick of the work a re-encoding merge cannot
-/// avoid.
-fn bench_inline(c: &mut Criterion) {
-    use base64::Engine;
-    let mut group = c.benchmark_group("inline_16k_32k");
-    let (prompt, decoded) = (16 * 1024, 32 * 1024);
-    let cases = [
-        (
-            "compact_u8",
-            compact_pair(prompt, decoded, ("uint8", 1), ("uint8", 1)),
-        ),
-        (
-            "compact_u8_u16",
-            compact_pair(prompt, decoded, ("uint8", 1), ("uint16", 2)),
-        ),
-        ("npy_u8", npy_pair(prompt, decoded)),
-    ];
-    for (name, (prefill, decode)) in &cases {
-        group.bench_function(*name, |b| {
-            b.iter_batched(
-                || decode.clone(),
-                |mut decode| pd_stitch::merge_routed_experts_in_json(prefill, &mut decode),
-                BatchSize::LargeInput,
-            )
-        });
+/// The inline forms: positions {1k, 32k, 128k} (prompt half of that), 48 x 8
+/// rows of uint8, uint16, and a uint8 prefill with a uint16 decode; n {1, 8}.
+fn inline(
+    c: &mut Criterion,
+    form: &str,
+    make: fn(usize, usize, usize, usize) -> (Value, Value),
+    base: Merge,
+) {
+    let mut group = c.benchmark_group(format!("inline_{form}"));
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    for positions in [1024, 32 * 1024, 128 * 1024] {
+        for (dtypes, p, d) in [("u8", 1, 1), ("u16", 2, 2), ("u8_u16", 1, 2)] {
+            for n in [1, 8] {
+                let input = make(positions, p, d, n);
+                // Throughput: bytes of merged rows written.
+                group.throughput(Throughput::Bytes(
+                    ((positions + positions / 2 - 1) * 384 * d * n) as u64,
+                ));
+                bench_pair(
+                    &mut group,
+                    &format!("{}k/{dtypes}/n{n}", positions / 1024),
+                    &input,
+                    library_inline,
+                    base,
+                );
+            }
+        }
     }
-    let merged = rows(prompt - 1 + decoded, 1, 3);
-    group.bench_function("base64_crate_encode_merged_u8", |b| {
+    group.finish();
+}
+
+fn inline_compact(c: &mut Criterion) {
+    inline(c, "compact", common::compact, baseline::compact);
+}
+
+fn inline_npy(c: &mut Criterion) {
+    inline(c, "npy", common::npy, baseline::npy_merge);
+}
+
+/// The work a re-encoding merge cannot avoid: one plain `base64`-crate encode
+/// of the merged rows of the target case (prompt 16k rows, decode 32k rows,
+/// uint8, n = 1), beside the merge of that case.
+fn yardstick(c: &mut Criterion) {
+    let mut group = c.benchmark_group("target_16k_32k_u8");
+    group.sample_size(20);
+    let (prefill, decode) = common::compact(32 * 1024, 1, 1, 1);
+    let merged = common::rows(16 * 1024 + 32 * 1024 - 1, 1, 3);
+    group.bench_function("base64_crate_encode", |b| {
         b.iter(|| base64::engine::general_purpose::STANDARD.encode(&merged))
+    });
+    group.bench_function("merge", |b| {
+        b.iter_batched(
+            || decode.clone(),
+            |mut d| {
+                let stitched = pd_stitch::merge_routed_experts_in_json(&prefill, &mut d);
+                (d, stitched)
+            },
+            BatchSize::PerIteration,
+        )
     });
     group.finish();
 }
 
-criterion_group!(benches, bench_by_handle, bench_inline);
+criterion_group!(benches, by_handle, inline_compact, inline_npy, yardstick);
 criterion_main!(benches);

@@ -21,7 +21,7 @@ use serde_json::{Map, Value};
 
 use crate::algebra::{Dtype, Rows, Segment};
 use crate::error::{describe, Error, Location, Side};
-use crate::handle::{item_at, parse_segment};
+use crate::handle::{item_at, Keys};
 use crate::inline::{self, Form, NpyError};
 use crate::json::choice_at;
 use crate::stitcher::ROUTED_EXPERTS;
@@ -310,11 +310,11 @@ fn field_segments(
         let Some(object) = item.as_object() else {
             continue;
         };
-        if object.get("field").and_then(Value::as_str) != Some(field) {
+        let Some(keys) = Keys::of(object).filter(|k| k.field() == field) else {
             continue;
-        }
+        };
         let at = || item_at(Side::Response, index, j);
-        let segment = parse_segment(field, object, &at)?;
+        let segment = keys.segment(&at)?;
         let file = match object.get("file") {
             Some(Value::String(file)) => file.clone(),
             other => {
@@ -571,13 +571,13 @@ fn check_field(items: &[Value], i: usize, field: &str, root: &Path) -> FieldRepo
         let Some(object) = item.as_object() else {
             continue;
         };
-        if object.get("field").and_then(Value::as_str) != Some(field) {
+        let Some(keys) = Keys::of(object).filter(|k| k.field() == field) else {
             continue;
-        }
+        };
         out.segments += 1;
         let at = || item_at(Side::Response, i, j);
         let file = object.get("file").and_then(Value::as_str);
-        match (parse_segment(field, object, &at), file) {
+        match (keys.segment(&at), file) {
             (Ok(segment), Some(file)) => segments.push((j, segment.map_file(|()| file.to_owned()))),
             (Err(err), _) => out.problems.push(err.to_string()),
             (Ok(_), None) => out.problems.push(format!(

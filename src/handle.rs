@@ -1,15 +1,19 @@
 //! Rows by handle: the `choices[i].payload` segment lists.
 //!
 //! This module maps payload JSON to the [algebra](crate::algebra) and back; the
-//! merge rule itself is [`Cuts::clip`]. Its part of the merge [plan](crate::merge)
-//! is, for each decode choice, the fate of every payload item (keep, drop,
-//! clip); applying it moves the decode's own segment objects rather than
-//! copying them.
+//! merge rule itself is [`Cuts::clip_extent`]. Its part of the merge
+//! [plan](crate::merge) is, for each decode choice, the fate of every payload
+//! item (keep, drop, clip); applying it moves the decode's own segment objects
+//! rather than copying them.
+//!
+//! This is the hot path of a by-handle router, so it allocates nothing per
+//! segment: a segment's keys are found in one pass over its object and its
+//! geometry is an [`Extent`], a `Copy` value.
 
 use serde_json::{Map, Value};
 
-use crate::algebra::{cut, Cuts, Segment};
-use crate::error::{Error, Location, Side};
+use crate::algebra::{row_bytes, Cuts, Dtype, Extent, Segment};
+use crate::error::{describe, Error, Location, Side};
 use crate::json::{self, choice_at};
 
 /// The prefill's side of the by-handle merge: its stitched segments (the JSON
@@ -27,22 +31,19 @@ impl<'p> Prefill<'p> {
         prefill: &'p Value,
     ) -> Result<Option<Prefill<'p>>, Error> {
         let mut prefix = Vec::new();
-        let mut segments = Vec::new();
+        let mut cuts = Cuts::default();
         for (j, item) in prefill_payload(prefill).iter().enumerate() {
-            if let Some((field, object)) = stitched(fields, item) {
-                segments.push(parse_segment(field, object, &|| {
-                    item_at(Side::Prefill, 0, j)
-                })?);
-                prefix.push(item);
-            }
+            let Some(keys) = Keys::stitched(fields, item) else {
+                continue;
+            };
+            let extent = keys.extent(&|| item_at(Side::Prefill, 0, j))?;
+            cuts.extend(keys.field, extent.end());
+            prefix.push(item);
         }
-        if segments.is_empty() {
+        if prefix.is_empty() {
             return Ok(None);
         }
-        Ok(Some(Prefill {
-            prefix,
-            cuts: cut(&segments),
-        }))
+        Ok(Some(Prefill { prefix, cuts }))
     }
 
     /// Validates decode choice `i` and decides the fate of each of its payload
@@ -64,7 +65,7 @@ impl<'p> Prefill<'p> {
                 return Err(Error::Structure {
                     at: choice_at(Side::Decode, i).key("payload"),
                     expected: "an array or null",
-                    got: crate::error::describe(Some(other)),
+                    got: describe(Some(other)),
                 })
             }
         };
@@ -87,9 +88,15 @@ impl<'p> Prefill<'p> {
                 Fate::Drop => {}
                 Fate::Clip { pos, rows, offset } => {
                     if let Value::Object(segment) = &mut item {
-                        segment.insert("pos".to_owned(), pos.into());
-                        segment.insert("rows".to_owned(), rows.into());
-                        segment.insert("offset".to_owned(), offset.into());
+                        // The keys exist (the plan read them): overwrite in place.
+                        for (key, value) in [("pos", pos), ("rows", rows), ("offset", offset)] {
+                            match segment.get_mut(key) {
+                                Some(slot) => *slot = Value::from(value),
+                                None => {
+                                    segment.insert(key.to_owned(), Value::from(value));
+                                }
+                            }
+                        }
                     }
                     merged.push(item);
                 }
@@ -121,7 +128,7 @@ pub(crate) fn prefill_has_rows<S: AsRef<str>>(fields: &[S], prefill: &Value) -> 
     crate::inline::prefill_rows(prefill).is_some()
         || prefill_payload(prefill)
             .iter()
-            .any(|item| stitched(fields, item).is_some())
+            .any(|item| Keys::stitched(fields, item).is_some())
 }
 
 /// `prefill.choices[0]`, when the prefill has one that is an object.
@@ -140,44 +147,112 @@ fn prefill_payload(prefill: &Value) -> &[Value] {
         .map_or(&[], Vec::as_slice)
 }
 
-/// `Some((field, object))` when `item` is a stitched segment: an object whose
-/// `field` is a string naming one of `fields`.
-fn stitched<'v, S: AsRef<str>>(
-    fields: &[S],
-    item: &'v Value,
-) -> Option<(&'v str, &'v Map<String, Value>)> {
-    let object = item.as_object()?;
-    let field = object.get("field")?.as_str()?;
-    fields
-        .iter()
-        .any(|f| f.as_ref() == field)
-        .then_some((field, object))
-}
-
 /// `side choices[choice].payload[item]`.
 pub(crate) fn item_at(side: Side, choice: usize, item: usize) -> Location {
     choice_at(side, choice).key("payload").index(item)
 }
 
-/// Validates a stitched segment object and maps it into the algebra. The file
-/// handle is `()`: the merge never looks at it.
-pub(crate) fn parse_segment(
-    field: &str,
-    object: &Map<String, Value>,
-    at: &dyn Fn() -> Location,
-) -> Result<Segment<()>, Error> {
-    let pos = json::integer(object.get("pos"), || at().key("pos"))?;
-    let rows = json::integer(object.get("rows"), || at().key("rows"))?;
-    let offset = json::integer(object.get("offset"), || at().key("offset"))?;
-    let dtype = json::dtype(object.get("dtype"), || at().key("dtype"))?;
-    let shape = json::shape(
-        object.get("shape"),
-        None,
-        "an array of non-negative integers",
-        || at().key("shape"),
-    )?;
-    Segment::new(field, (), offset, pos, rows, dtype, shape)
+/// The keys of a payload item that the merge reads, found in one pass over
+/// the object (a segment has few keys; one pass beats a lookup per key).
+pub(crate) struct Keys<'v> {
+    field: &'v str,
+    pos: Option<&'v Value>,
+    rows: Option<&'v Value>,
+    offset: Option<&'v Value>,
+    dtype: Option<&'v Value>,
+    shape: Option<&'v Value>,
+}
+
+impl<'v> Keys<'v> {
+    /// The keys of `item` when it is a stitched segment: an object whose
+    /// `field` is a string naming one of `fields`.
+    pub(crate) fn stitched<S: AsRef<str>>(fields: &[S], item: &'v Value) -> Option<Keys<'v>> {
+        let keys = Keys::of(item.as_object()?)?;
+        fields
+            .iter()
+            .any(|f| f.as_ref() == keys.field)
+            .then_some(keys)
+    }
+
+    /// The keys of `object`, when its `field` is a string.
+    pub(crate) fn of(object: &'v Map<String, Value>) -> Option<Keys<'v>> {
+        let mut field = None;
+        let mut keys = Keys {
+            field: "",
+            pos: None,
+            rows: None,
+            offset: None,
+            dtype: None,
+            shape: None,
+        };
+        for (key, value) in object {
+            match key.as_str() {
+                "field" => field = value.as_str(),
+                "pos" => keys.pos = Some(value),
+                "rows" => keys.rows = Some(value),
+                "offset" => keys.offset = Some(value),
+                "dtype" => keys.dtype = Some(value),
+                "shape" => keys.shape = Some(value),
+                _ => {}
+            }
+        }
+        keys.field = field?;
+        Some(keys)
+    }
+
+    /// The field.
+    pub(crate) fn field(&self) -> &'v str {
+        self.field
+    }
+
+    /// Validates the segment (in the order `pos`, `rows`, `offset`, `dtype`,
+    /// `shape`, then the arithmetic) and returns its geometry, allocating
+    /// nothing.
+    pub(crate) fn extent(&self, at: &dyn Fn() -> Location) -> Result<Extent, Error> {
+        self.parts(at).map(|(extent, _, _)| extent)
+    }
+
+    /// The geometry, the dtype and the (validated) shape entries.
+    fn parts(&self, at: &dyn Fn() -> Location) -> Result<(Extent, Dtype, &'v [Value]), Error> {
+        let pos = json::integer(self.pos, || at().key("pos"))?;
+        let rows = json::integer(self.rows, || at().key("rows"))?;
+        let offset = json::integer(self.offset, || at().key("offset"))?;
+        let dtype = json::dtype(self.dtype, || at().key("dtype"))?;
+        let dims = match self.shape {
+            Some(Value::Array(dims)) => dims.as_slice(),
+            other => {
+                return Err(Error::Structure {
+                    at: at().key("shape"),
+                    expected: "an array of non-negative integers",
+                    got: describe(other),
+                })
+            }
+        };
+        for (k, dim) in dims.iter().enumerate() {
+            json::integer(Some(dim), || at().key("shape").index(k))?;
+        }
+        let overflow = |overflow| Error::Overflow { at: at(), overflow };
+        let row_bytes =
+            row_bytes(dtype, dims.iter().filter_map(Value::as_u64)).map_err(overflow)?;
+        let extent = Extent::new(offset, pos, rows, row_bytes).map_err(overflow)?;
+        Ok((extent, dtype, dims))
+    }
+
+    /// The whole segment in the algebra, for readers (not the merge).
+    pub(crate) fn segment(&self, at: &dyn Fn() -> Location) -> Result<Segment<()>, Error> {
+        let (extent, dtype, dims) = self.parts(at)?;
+        let shape = dims.iter().filter_map(Value::as_u64).collect();
+        Segment::new(
+            self.field,
+            (),
+            extent.offset(),
+            extent.pos(),
+            extent.rows(),
+            dtype,
+            shape,
+        )
         .map_err(|overflow| Error::Overflow { at: at(), overflow })
+    }
 }
 
 /// The first error a decode stitched segment causes when the prefill has none:
@@ -190,13 +265,13 @@ pub(crate) fn first_orphan<S: AsRef<str>>(fields: &[S], decode: &Value) -> Optio
             continue;
         };
         for (j, item) in items.iter().enumerate() {
-            if let Some((field, object)) = stitched(fields, item) {
+            if let Some(keys) = Keys::stitched(fields, item) {
                 let at = || item_at(Side::Decode, i, j);
-                return Some(match parse_segment(field, object, &at) {
+                return Some(match keys.extent(&at) {
                     Err(err) => err,
                     Ok(_) => Error::MissingPrefillField {
                         at: at(),
-                        field: field.to_owned(),
+                        field: keys.field.to_owned(),
                     },
                 });
             }
@@ -212,19 +287,19 @@ fn fate<S: AsRef<str>>(
     item: &Value,
     at: impl Fn() -> Location,
 ) -> Result<Fate, Error> {
-    let Some((field, object)) = stitched(fields, item) else {
+    let Some(keys) = Keys::stitched(fields, item) else {
         return Ok(Fate::Keep);
     };
-    let segment = parse_segment(field, object, &at)?;
-    let kept = cuts
-        .clip(&segment)
-        .map_err(|missing| Error::MissingPrefillField {
-            at: at(),
-            field: missing.field,
-        })?;
+    let extent = keys.extent(&at)?;
+    let kept =
+        cuts.clip_extent(keys.field, extent)
+            .map_err(|missing| Error::MissingPrefillField {
+                at: at(),
+                field: missing.field,
+            })?;
     Ok(match kept {
         None => Fate::Drop,
-        Some(kept) if kept.pos() == segment.pos() => Fate::Keep,
+        Some(kept) if kept.pos() == extent.pos() => Fate::Keep,
         Some(kept) => Fate::Clip {
             pos: kept.pos(),
             rows: kept.rows(),

@@ -113,12 +113,26 @@ impl FromStr for Dtype {
     type Err = UnknownDtype;
 
     fn from_str(name: &str) -> Result<Dtype, UnknownDtype> {
-        Dtype::ALL
-            .into_iter()
-            .find(|dtype| dtype.name() == name)
-            .ok_or_else(|| UnknownDtype {
-                name: name.to_owned(),
-            })
+        Ok(match name {
+            "bool" => Dtype::Bool,
+            "int8" => Dtype::Int8,
+            "uint8" => Dtype::Uint8,
+            "int16" => Dtype::Int16,
+            "uint16" => Dtype::Uint16,
+            "float16" => Dtype::Float16,
+            "bfloat16" => Dtype::Bfloat16,
+            "int32" => Dtype::Int32,
+            "uint32" => Dtype::Uint32,
+            "float32" => Dtype::Float32,
+            "int64" => Dtype::Int64,
+            "uint64" => Dtype::Uint64,
+            "float64" => Dtype::Float64,
+            _ => {
+                return Err(UnknownDtype {
+                    name: name.to_owned(),
+                })
+            }
+        })
     }
 }
 

@@ -17,7 +17,7 @@
 //! the prompt's rows of that field are missing, so it is an error
 //! ([`MissingField`]), never a silent pass-through.
 
-use super::Segment;
+use super::{Extent, Segment};
 
 /// The cut of every field the prefill has segments of.
 ///
@@ -71,10 +71,25 @@ impl Cuts {
     ///
     /// [`MissingField`] when the prefill has no segment of the segment's field.
     pub fn clip<F: Clone>(&self, segment: &Segment<F>) -> Result<Option<Segment<F>>, MissingField> {
-        let cut = self.get(segment.field()).ok_or_else(|| MissingField {
-            field: segment.field().to_owned(),
-        })?;
+        let cut = self.of(segment.field())?;
         Ok(segment.clip_from(cut))
+    }
+
+    /// [`Cuts::clip`] on the geometry alone: what the merge keeps of an extent
+    /// of `field`. This is the same rule without building a [`Segment`],
+    /// which the JSON adapter uses so that it allocates nothing per segment.
+    ///
+    /// # Errors
+    ///
+    /// [`MissingField`] when the prefill has no segment of `field`.
+    pub fn clip_extent(&self, field: &str, extent: Extent) -> Result<Option<Extent>, MissingField> {
+        Ok(extent.clip_from(self.of(field)?))
+    }
+
+    fn of(&self, field: &str) -> Result<u64, MissingField> {
+        self.get(field).ok_or_else(|| MissingField {
+            field: field.to_owned(),
+        })
     }
 }
 
@@ -85,18 +100,19 @@ impl Cuts {
 pub fn cut<F>(prefill: &[Segment<F>]) -> Cuts {
     let mut cuts = Cuts::default();
     for segment in prefill {
-        match cuts
-            .by_field
-            .iter_mut()
-            .find(|(name, _)| name == segment.field())
-        {
-            Some((_, cut)) => *cut = (*cut).max(segment.end()),
-            None => cuts
-                .by_field
-                .push((segment.field().to_owned(), segment.end())),
-        }
+        cuts.extend(segment.field(), segment.end());
     }
     cuts
+}
+
+impl Cuts {
+    /// Counts a prefill segment of `field` ending at `end`.
+    pub(crate) fn extend(&mut self, field: &str, end: u64) {
+        match self.by_field.iter_mut().find(|(name, _)| name == field) {
+            Some((_, cut)) => *cut = (*cut).max(end),
+            None => self.by_field.push((field.to_owned(), end)),
+        }
+    }
 }
 
 /// The merged segment list: every prefill segment as it is and in its order,

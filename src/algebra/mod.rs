@@ -6,16 +6,20 @@
 //!
 //! - [`Dtype`]: an element type and its size.
 //! - [`Rows`]: a half-open interval of positions, built with checked arithmetic.
-//! - [`Segment`]: rows of one field back to back in a file, a position interval
-//!   tied to a byte interval.
+//! - [`Extent`]: a position interval tied to a byte interval, the geometry of
+//!   a segment.
+//! - [`Segment`]: rows of one field back to back in a file: an extent with a
+//!   field, a file, a dtype and a shape.
 //! - [`cut`], [`Cuts`], [`merge_segments`]: the P/D merge rule.
 
 mod dtype;
+mod extent;
 mod merge;
 mod rows;
 mod segment;
 
 pub use dtype::{Dtype, UnknownDtype};
+pub use extent::Extent;
 pub use merge::{cut, merge_segments, Cuts, MissingField};
 pub use rows::Rows;
 pub use segment::{row_bytes, Overflow, Segment};

@@ -3,7 +3,7 @@
 //! A [`Segment`] says: the rows of `field` for the positions `[pos, pos + rows)`
 //! lie in `file`, starting at byte `offset`, one after another, each
 //! [`row_bytes`](Segment::row_bytes) long. That makes it two intervals tied by an
-//! affine map: position `x` of the segment lives at bytes
+//! affine map, an [`Extent`]: position `x` of the segment lives at bytes
 //! `offset + (x - pos) * row_bytes .. + row_bytes`.
 //!
 //! # Invariant
@@ -16,7 +16,7 @@
 use std::fmt;
 use std::ops::Range;
 
-use super::{Dtype, Rows};
+use super::{Dtype, Extent, Rows};
 
 /// A run of rows of one field, stored back to back in one file.
 ///
@@ -43,11 +43,9 @@ use super::{Dtype, Rows};
 pub struct Segment<F = String> {
     field: String,
     file: F,
-    offset: u64,
-    positions: Rows,
     dtype: Dtype,
     shape: Vec<u64>,
-    row_bytes: u64,
+    extent: Extent,
 }
 
 impl<F> Segment<F> {
@@ -69,23 +67,14 @@ impl<F> Segment<F> {
         dtype: Dtype,
         shape: Vec<u64>,
     ) -> Result<Segment<F>, Overflow> {
-        let row_bytes = row_bytes(dtype, &shape)?;
-        let positions = Rows::with_len(pos, rows).ok_or(Overflow::End { pos, rows })?;
-        rows.checked_mul(row_bytes)
-            .and_then(|len| offset.checked_add(len))
-            .ok_or(Overflow::ByteEnd {
-                offset,
-                rows,
-                row_bytes,
-            })?;
+        let row_bytes = row_bytes(dtype, shape.iter().copied())?;
+        let extent = Extent::new(offset, pos, rows, row_bytes)?;
         Ok(Segment {
             field: field.into(),
             file,
-            offset,
-            positions,
             dtype,
             shape,
-            row_bytes,
+            extent,
         })
     }
 
@@ -101,27 +90,32 @@ impl<F> Segment<F> {
 
     /// The byte at which the first row starts.
     pub fn offset(&self) -> u64 {
-        self.offset
+        self.extent.offset()
     }
 
     /// The first position, `pos`.
     pub fn pos(&self) -> u64 {
-        self.positions.start()
+        self.extent.pos()
     }
 
     /// The number of rows.
     pub fn rows(&self) -> u64 {
-        self.positions.len()
+        self.extent.rows()
     }
 
     /// One past the last position, `pos + rows`.
     pub fn end(&self) -> u64 {
-        self.positions.end()
+        self.extent.end()
     }
 
     /// The positions `[pos, pos + rows)`.
     pub fn positions(&self) -> Rows {
-        self.positions
+        self.extent.positions()
+    }
+
+    /// The geometry: positions tied to bytes.
+    pub fn extent(&self) -> Extent {
+        self.extent
     }
 
     /// The element type.
@@ -136,48 +130,37 @@ impl<F> Segment<F> {
 
     /// The size of one row in bytes, `itemsize(dtype) * prod(shape)`.
     pub fn row_bytes(&self) -> u64 {
-        self.row_bytes
+        self.extent.row_bytes()
     }
 
     /// The bytes the segment occupies, `offset .. offset + rows * row_bytes`.
     pub fn byte_range(&self) -> Range<u64> {
-        // Checked by `new`: rows * row_bytes and the sum fit in u64.
-        self.offset..self.offset + self.rows() * self.row_bytes
+        self.extent.byte_range()
     }
 
     /// The bytes holding the row of `position`, or `None` when the segment does
     /// not cover it.
     pub fn row_address(&self, position: u64) -> Option<Range<u64>> {
-        if !self.positions.contains(position) {
-            return None;
-        }
-        // position - pos < rows, so the row lies inside byte_range(), which fits.
-        let start = self.offset + (position - self.pos()) * self.row_bytes;
-        Some(start..start + self.row_bytes)
+        self.extent.row_address(position)
     }
 
-    /// The part of the segment at positions `>= cut`.
-    ///
-    /// `None` when nothing is left (`pos + rows <= cut`, which also drops an
-    /// empty segment at or before `cut`); the segment itself when `pos >= cut`;
-    /// otherwise the segment moved up to `cut`: `rows` shrinks by `cut - pos` and
-    /// `offset` grows by `(cut - pos) * row_bytes`, so every kept position keeps
-    /// its byte address.
+    /// The part of the segment at positions `>= cut`: the same segment over
+    /// [`Extent::clip_from`]. `None` when nothing is left
+    /// (`pos + rows <= cut`, which also drops an empty segment at or before
+    /// `cut`); the segment itself when `pos >= cut`; otherwise the segment moved
+    /// up to `cut`: `rows` shrinks by `cut - pos` and `offset` grows by
+    /// `(cut - pos) * row_bytes`, so every kept position keeps its byte address.
     pub fn clip_from(&self, cut: u64) -> Option<Segment<F>>
     where
         F: Clone,
     {
-        let kept = self.positions.clip_from(cut)?;
-        // kept.start() - pos < rows: the skipped bytes lie inside byte_range().
-        let skipped = kept.start() - self.pos();
+        let extent = self.extent.clip_from(cut)?;
         Some(Segment {
             field: self.field.clone(),
             file: self.file.clone(),
-            offset: self.offset + skipped * self.row_bytes,
-            positions: kept,
             dtype: self.dtype,
             shape: self.shape.clone(),
-            row_bytes: self.row_bytes,
+            extent,
         })
     }
 
@@ -186,11 +169,9 @@ impl<F> Segment<F> {
         Segment {
             field: self.field,
             file: f(self.file),
-            offset: self.offset,
-            positions: self.positions,
             dtype: self.dtype,
             shape: self.shape,
-            row_bytes: self.row_bytes,
+            extent: self.extent,
         }
     }
 }
@@ -200,30 +181,36 @@ impl<F> Segment<F> {
 /// ```
 /// use pd_stitch::{row_bytes, Dtype};
 ///
-/// assert_eq!(row_bytes(Dtype::Uint16, &[48, 8]), Ok(768));
-/// assert_eq!(row_bytes(Dtype::Uint8, &[]), Ok(1));
-/// assert_eq!(row_bytes(Dtype::Uint8, &[u64::MAX, 0]), Ok(0));
-/// assert!(row_bytes(Dtype::Uint64, &[1 << 32, 1 << 32]).is_err());
+/// assert_eq!(row_bytes(Dtype::Uint16, [48, 8]), Ok(768));
+/// assert_eq!(row_bytes(Dtype::Uint8, []), Ok(1));
+/// assert_eq!(row_bytes(Dtype::Uint8, [u64::MAX, 0]), Ok(0));
+/// assert!(row_bytes(Dtype::Uint64, [1 << 32, 1 << 32]).is_err());
 /// ```
 ///
 /// # Errors
 ///
 /// [`Overflow::RowBytes`] when the product does not fit in `u64`.
-pub fn row_bytes(dtype: Dtype, shape: &[u64]) -> Result<u64, Overflow> {
-    // A zero dimension makes the row empty whatever the others are; checking
-    // the product factor by factor would report an overflow that isn't one.
-    if shape.contains(&0) {
-        return Ok(0);
-    }
-    // With every factor >= 1 the partial products never shrink, so a partial
+pub fn row_bytes(dtype: Dtype, shape: impl IntoIterator<Item = u64>) -> Result<u64, Overflow> {
+    // One pass, no allocation. A zero dimension makes the row empty whatever
+    // the others are, so an overflow only counts when no dimension is zero;
+    // with every factor >= 1 the partial products never shrink, so a partial
     // product that overflows means the whole product does.
-    shape
-        .iter()
-        .try_fold(dtype.itemsize(), |acc, &dim| acc.checked_mul(dim))
-        .ok_or(Overflow::RowBytes {
-            dtype,
-            dims: shape.len(),
-        })
+    let (mut product, mut overflowed, mut zero, mut dims) = (dtype.itemsize(), false, false, 0);
+    for dim in shape {
+        dims += 1;
+        zero |= dim == 0;
+        match product.checked_mul(dim) {
+            Some(p) => product = p,
+            None => overflowed = true,
+        }
+    }
+    if zero {
+        Ok(0)
+    } else if overflowed {
+        Err(Overflow::RowBytes { dtype, dims })
+    } else {
+        Ok(product)
+    }
 }
 
 /// A segment whose arithmetic does not fit in `u64`.
@@ -270,7 +257,12 @@ impl<F: fmt::Display> fmt::Display for Segment<F> {
         write!(
             f,
             "{} {} in {} @{} ({} {:?})",
-            self.field, self.positions, self.file, self.offset, self.dtype, self.shape
+            self.field,
+            self.positions(),
+            self.file,
+            self.offset(),
+            self.dtype,
+            self.shape
         )
     }
 }
@@ -313,8 +305,8 @@ mod tests {
     fn a_zero_dimension_makes_rows_empty_however_large_the_others() {
         // Regression: the product was checked factor by factor, so a large
         // dimension before a zero overflowed although prod(shape) is 0.
-        assert_eq!(row_bytes(Dtype::Int16, &[u64::MAX - 40, 0]), Ok(0));
-        assert_eq!(row_bytes(Dtype::Uint8, &[0, u64::MAX, u64::MAX]), Ok(0));
+        assert_eq!(row_bytes(Dtype::Int16, [u64::MAX - 40, 0]), Ok(0));
+        assert_eq!(row_bytes(Dtype::Uint8, [0, u64::MAX, u64::MAX]), Ok(0));
         let seg = Segment::new(
             "f",
             (),

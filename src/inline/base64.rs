@@ -8,9 +8,10 @@
 //! as a different one.
 //!
 //! [`Base64`] is text that has passed that check. Because base64 maps every 3
-//! bytes to 4 characters, the text of bytes `[k, n)` with `k % 3 == 0` is a
-//! suffix of the validated text ([`Base64::text_from`]); the merge splices
-//! such suffixes instead of decoding and re-encoding.
+//! bytes to 4 characters, the text of bytes `[a, b)` with `a` and `b`
+//! multiples of 3 is a slice of the validated text ([`Base64::quads`]). The
+//! [`Encoder`] builds merged text out of such slices wherever the bytes keep
+//! their position modulo 3, and decodes and encodes only the rest.
 
 use std::fmt;
 
@@ -48,7 +49,7 @@ impl<'a> Base64<'a> {
             None => return Ok(Base64 { text, len: 0 }),
             Some(at) => bytes.split_at(at),
         };
-        if let Some(at) = body.iter().position(|&c| DECODE[usize::from(c)] == INVALID) {
+        if let Some(at) = first_invalid(body) {
             return Err(invalid(bytes, at));
         }
         let tail = decode_last(last, body.len())?;
@@ -63,42 +64,49 @@ impl<'a> Base64<'a> {
         self.len
     }
 
-    /// The text of the bytes from `byte` on, when `byte` is a multiple of 3
-    /// (and at most the decoded length); `None` otherwise.
-    pub(crate) fn text_from(&self, byte: usize) -> Option<&'a str> {
-        if byte % 3 != 0 || byte > self.len {
+    /// The text of the bytes `[from, to)`, when both are multiples of 3 and
+    /// the bytes lie in full (unpadded) quads; `None` otherwise.
+    pub(crate) fn quads(&self, from: usize, to: usize) -> Option<&'a str> {
+        if from % 3 != 0 || to % 3 != 0 || from > to || to > self.len / 3 * 3 {
             return None;
         }
-        self.text.get(byte / 3 * 4..)
-    }
-
-    /// The text of all bytes, when their number is a multiple of 3 (so the
-    /// text has no padding and can be followed by more text).
-    pub(crate) fn unpadded_text(&self) -> Option<&'a str> {
-        (self.len % 3 == 0).then_some(self.text)
+        self.text.get(from / 3 * 4..to / 3 * 4)
     }
 
     /// Appends the decoded bytes `[from, decoded_len)` to `out`.
+    #[cfg(test)]
     pub(crate) fn decode_from(&self, from: usize, out: &mut Vec<u8>) {
-        if from >= self.len {
+        self.decode_range(from, self.len, out);
+    }
+
+    /// Appends the decoded bytes `[from, to)` (clamped to the decoded length)
+    /// to `out`.
+    pub(crate) fn decode_range(&self, from: usize, to: usize, out: &mut Vec<u8>) {
+        let to = to.min(self.len);
+        if from >= to {
             return;
         }
-        out.reserve(self.len - from);
-        let mut quads = self.text.as_bytes().get(from / 3 * 4..).unwrap_or_default();
-        // A cut inside the first quad: decode it alone and keep its tail.
-        let skip = from % 3;
-        if skip > 0 {
-            let (first, rest) = quads.split_at(quads.len().min(4));
-            let (bytes, valid) = decode_quad(first);
-            out.extend_from_slice(bytes.get(skip..valid).unwrap_or_default());
-            quads = rest;
-        }
-        let Some(body_len) = quads.len().checked_sub(4) else {
+        out.reserve(to - from);
+        let text = self.text.as_bytes();
+        // Whole quads [first, last) hold bytes [3 first, 3 last).
+        let first = from / 3;
+        let last = to.div_ceil(3);
+        let quads = text.get(first * 4..last * 4).unwrap_or_default();
+        let skip = from - first * 3;
+        let keep_last = to - (last - 1) * 3; // bytes kept of the last quad, 1..=3
+        let Some((body, tail)) = quads.split_last_chunk::<4>() else {
             return;
         };
-        let (body, last) = quads.split_at(body_len);
-        // The body has no padding (only the last quad may): 4 characters to 3
-        // bytes, written in place.
+        if body.is_empty() {
+            let (bytes, _) = decode_quad(tail);
+            out.extend_from_slice(bytes.get(skip..keep_last).unwrap_or_default());
+            return;
+        }
+        let (head, body) = body.split_at(4);
+        let (bytes, _) = decode_quad(head);
+        out.extend_from_slice(bytes.get(skip..).unwrap_or_default());
+        // The body has no padding (only the text's last quad may): 4
+        // characters to 3 bytes, written in place.
         let start = out.len();
         out.resize(start + body.len() / 4 * 3, 0);
         let dst = out.get_mut(start..).unwrap_or_default();
@@ -108,9 +116,42 @@ impl<'a> Base64<'a> {
             d[1] = (n >> 8) as u8;
             d[2] = n as u8;
         }
-        let (bytes, valid) = decode_quad(last);
-        out.extend_from_slice(bytes.get(..valid).unwrap_or_default());
+        let (bytes, _) = decode_quad(tail);
+        out.extend_from_slice(bytes.get(..keep_last).unwrap_or_default());
     }
+}
+
+/// Whether `c` is in the standard alphabet, without a table, so that the
+/// compiler can check many characters at once.
+#[inline(always)]
+fn in_alphabet(c: u8) -> bool {
+    (c.wrapping_sub(b'A') < 26)
+        | (c.wrapping_sub(b'a') < 26)
+        | (c.wrapping_sub(b'0') < 10)
+        | (c == b'+')
+        | (c == b'/')
+}
+
+/// The index of the first character outside the alphabet. Checks 64
+/// characters at a time without branching (which vectorizes), and looks for
+/// the exact place only in a chunk that fails.
+fn first_invalid(text: &[u8]) -> Option<usize> {
+    const CHUNK: usize = 64;
+    let chunks = text.chunks_exact(CHUNK);
+    let rest_at = text.len() - chunks.remainder().len();
+    for (k, chunk) in chunks.enumerate() {
+        if !chunk.iter().fold(true, |ok, &c| ok & in_alphabet(c)) {
+            return chunk
+                .iter()
+                .position(|&c| !in_alphabet(c))
+                .map(|i| k * CHUNK + i);
+        }
+    }
+    text.get(rest_at..)
+        .unwrap_or_default()
+        .iter()
+        .position(|&c| !in_alphabet(c))
+        .map(|i| rest_at + i)
 }
 
 /// The 6-bit value of a validated character (`=` counts as 0).
@@ -127,6 +168,164 @@ fn decode_quad(quad: &[u8]) -> ([u8; 3], usize) {
         [(n >> 16) as u8, (n >> 8) as u8, n as u8],
         3usize.saturating_sub(pads),
     )
+}
+
+/// Builds base64 text out of pieces: raw bytes, and byte ranges of validated
+/// base64 sources. Where a source's bytes land on the same position modulo 3
+/// in the output as in the source, their text is copied, not decoded and
+/// encoded again. The output is allocated once, at its exact size.
+pub(crate) struct Encoder {
+    out: Vec<u8>,
+    /// Bytes not yet encoded: fewer than 3.
+    pending: [u8; 3],
+    npending: usize,
+    scratch: Vec<u8>,
+}
+
+/// How many bytes the encoder decodes at a time when it cannot copy text.
+const STEP: usize = 3 * 16 * 1024;
+
+impl Encoder {
+    /// An encoder of `bytes` bytes in all.
+    pub(crate) fn with_capacity(bytes: usize) -> Encoder {
+        Encoder {
+            out: Vec::with_capacity(encoded_len(bytes)),
+            pending: [0; 3],
+            npending: 0,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Appends `bytes`.
+    pub(crate) fn push_bytes(&mut self, mut bytes: &[u8]) {
+        if self.npending > 0 {
+            let take = (3 - self.npending).min(bytes.len());
+            let (head, rest) = bytes.split_at(take);
+            for &b in head {
+                self.pending[self.npending] = b;
+                self.npending += 1;
+            }
+            bytes = rest;
+            if self.npending < 3 {
+                return;
+            }
+            let triple = self.pending;
+            encode_into(&triple, &mut self.out);
+            self.npending = 0;
+        }
+        let whole = bytes.len() / 3 * 3;
+        let (body, rest) = bytes.split_at(whole);
+        encode_into(body, &mut self.out);
+        for &b in rest {
+            self.pending[self.npending] = b;
+            self.npending += 1;
+        }
+    }
+
+    /// Appends the bytes `[from, to)` of `source`.
+    pub(crate) fn push_base64(&mut self, source: &Base64<'_>, from: usize, to: usize) {
+        let to = to.min(source.decoded_len());
+        if from >= to {
+            return;
+        }
+        if self.npending % 3 != from % 3 {
+            return self.push_decoded(source, from, to, |bytes, out| out.extend_from_slice(bytes));
+        }
+        // Decode up to the next multiple of 3: then the output has no pending
+        // bytes and the source is on a quad boundary.
+        let aligned = (from.div_ceil(3) * 3).min(to);
+        self.push_decoded(source, from, aligned, |bytes, out| {
+            out.extend_from_slice(bytes)
+        });
+        let end = aligned + (to.min(source.decoded_len() / 3 * 3).saturating_sub(aligned)) / 3 * 3;
+        if let Some(text) = source.quads(aligned, end) {
+            self.out.extend_from_slice(text.as_bytes());
+            self.push_decoded(source, end, to, |bytes, out| out.extend_from_slice(bytes));
+        } else {
+            self.push_decoded(source, aligned, to, |bytes, out| {
+                out.extend_from_slice(bytes)
+            });
+        }
+    }
+
+    /// Appends the bytes `[from, to)` of `source`, each element zero-extended
+    /// from `narrow` to `wide` bytes.
+    pub(crate) fn push_widened(
+        &mut self,
+        source: &Base64<'_>,
+        from: usize,
+        to: usize,
+        narrow: usize,
+        wide: usize,
+    ) {
+        if narrow == wide {
+            return self.push_base64(source, from, to);
+        }
+        self.push_decoded(source, from, to, |bytes, out| {
+            widen(bytes, narrow, wide, out)
+        });
+    }
+
+    /// Decodes `[from, to)` of `source` a step at a time, maps each step with
+    /// `map` and encodes the result.
+    fn push_decoded(
+        &mut self,
+        source: &Base64<'_>,
+        from: usize,
+        to: usize,
+        map: impl Fn(&[u8], &mut Vec<u8>),
+    ) {
+        let mut raw = Vec::new();
+        let mut at = from;
+        while at < to {
+            let step_end = to.min(at.saturating_add(STEP));
+            raw.clear();
+            source.decode_range(at, step_end, &mut raw);
+            let mut mapped = std::mem::take(&mut self.scratch);
+            mapped.clear();
+            map(&raw, &mut mapped);
+            self.push_bytes(&mapped);
+            self.scratch = mapped;
+            at = step_end;
+        }
+    }
+
+    /// The text, with the last bytes padded.
+    pub(crate) fn finish(mut self) -> String {
+        let pending = self.pending;
+        encode_into(
+            pending.get(..self.npending).unwrap_or_default(),
+            &mut self.out,
+        );
+        // Only alphabet characters and '=' were written: always valid UTF-8.
+        String::from_utf8(self.out).unwrap_or_default()
+    }
+}
+
+/// Zero-extends little-endian unsigned elements of `narrow` bytes to `wide`.
+pub(crate) fn widen(raw: &[u8], narrow: usize, wide: usize, out: &mut Vec<u8>) {
+    match (narrow, wide) {
+        (1, 2) => widen_to::<1, 2>(raw, out),
+        (1, 4) => widen_to::<1, 4>(raw, out),
+        (1, 8) => widen_to::<1, 8>(raw, out),
+        (2, 4) => widen_to::<2, 4>(raw, out),
+        (2, 8) => widen_to::<2, 8>(raw, out),
+        (4, 8) => widen_to::<4, 8>(raw, out),
+        _ => {}
+    }
+}
+
+/// [`widen`] for fixed sizes, so that each element is a few fixed moves.
+fn widen_to<const N: usize, const W: usize>(raw: &[u8], out: &mut Vec<u8>) {
+    let start = out.len();
+    out.resize(start + raw.len() / N * W, 0);
+    let dst = out.get_mut(start..).unwrap_or_default();
+    for (d, s) in dst.chunks_exact_mut(W).zip(raw.chunks_exact(N)) {
+        let (Some(d), Some(s)) = (d.first_chunk_mut::<N>(), s.first_chunk::<N>()) else {
+            continue;
+        };
+        *d = *s;
+    }
 }
 
 /// Checks the last quad (padding and canonical trailing bits) and returns how
@@ -177,6 +376,18 @@ pub(crate) fn encoded_len(n: usize) -> usize {
     n.div_ceil(3) * 4
 }
 
+/// The two characters of every 12-bit value: encoding looks up two of these
+/// per 3 bytes instead of four single characters.
+const PAIRS: [[u8; 2]; 4096] = {
+    let mut table = [[0u8; 2]; 4096];
+    let mut i = 0;
+    while i < 4096 {
+        table[i] = [ALPHABET[i >> 6], ALPHABET[i & 63]];
+        i += 1;
+    }
+    table
+};
+
 /// Appends the base64 text of `bytes` to `out`, written in place.
 pub(crate) fn encode_into(bytes: &[u8], out: &mut Vec<u8>) {
     let start = out.len();
@@ -187,10 +398,9 @@ pub(crate) fn encode_into(bytes: &[u8], out: &mut Vec<u8>) {
     let mut quads = dst.chunks_exact_mut(4);
     for (c, d) in chunks.zip(&mut quads) {
         let n = u32::from(c[0]) << 16 | u32::from(c[1]) << 8 | u32::from(c[2]);
-        d[0] = ALPHABET[(n >> 18) as usize & 63];
-        d[1] = ALPHABET[(n >> 12) as usize & 63];
-        d[2] = ALPHABET[(n >> 6) as usize & 63];
-        d[3] = ALPHABET[n as usize & 63];
+        let hi = PAIRS[(n >> 12) as usize & 0xfff];
+        let lo = PAIRS[n as usize & 0xfff];
+        d.copy_from_slice(&[hi[0], hi[1], lo[0], lo[1]]);
     }
     if let Some(d) = quads.next() {
         let (n, kept) = match *rest {
@@ -339,17 +549,18 @@ mod tests {
     }
 
     #[test]
-    fn text_from_is_the_encoding_of_the_suffix() {
+    fn quads_are_the_encoding_of_aligned_ranges() {
         let bytes: Vec<u8> = (0..100u8).map(|i| i.wrapping_mul(7)).collect();
         let text = encode(&bytes);
         let b = Base64::parse(&text).unwrap();
         for from in 0..=bytes.len() + 3 {
-            match b.text_from(from) {
-                Some(suffix) => assert_eq!(suffix, encode(&bytes[from..])),
-                None => assert!(from % 3 != 0 || from > bytes.len()),
+            for to in from..=bytes.len() + 3 {
+                match b.quads(from, to) {
+                    Some(slice) => assert_eq!(slice, encode(&bytes[from..to])),
+                    None => assert!(from % 3 != 0 || to % 3 != 0 || to > 99, "{from}..{to}"),
+                }
             }
         }
-        assert_eq!(b.unpadded_text(), None); // 100 bytes: padded
     }
 
     mod against_the_base64_crate {
@@ -376,6 +587,50 @@ mod tests {
             #[test]
             fn encode_agrees(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
                 prop_assert_eq!(encode(&bytes), STANDARD.encode(&bytes));
+            }
+
+            #[test]
+            fn decode_range_agrees(bytes in proptest::collection::vec(any::<u8>(), 0..200), a in 0usize..210, b in 0usize..210) {
+                let text = STANDARD.encode(&bytes);
+                let parsed = Base64::parse(&text).unwrap();
+                let mut out = vec![9];
+                parsed.decode_range(a, b, &mut out);
+                let (lo, hi) = (a.min(bytes.len()), b.min(bytes.len()));
+                prop_assert_eq!(&out[1..], if lo < hi { &bytes[lo..hi] } else { &[][..] });
+            }
+
+            /// The encoder's text for any mix of raw bytes, ranges of sources
+            /// and widened ranges is the plain encoding of the bytes they stand
+            /// for, whichever pieces it copied as text.
+            #[test]
+            fn encoder_agrees(pieces in proptest::collection::vec(
+                (proptest::collection::vec(any::<u8>(), 0..40), 0usize..45, 0usize..45, 0u8..3), 0..6)) {
+                let mut expected = Vec::new();
+                let texts: Vec<String> = pieces.iter().map(|(b, ..)| STANDARD.encode(b)).collect();
+                let mut encoder = Encoder::with_capacity(0);
+                for ((bytes, a, b, kind), text) in pieces.iter().zip(&texts) {
+                    let source = Base64::parse(text).unwrap();
+                    let (lo, hi) = ((*a).min(bytes.len()), (*b).min(bytes.len()));
+                    let range = if lo < hi { &bytes[lo..hi] } else { &[][..] };
+                    match kind {
+                        0 => {
+                            encoder.push_bytes(range);
+                            expected.extend_from_slice(range);
+                        }
+                        1 => {
+                            encoder.push_base64(&source, *a, *b);
+                            expected.extend_from_slice(range);
+                        }
+                        _ => {
+                            // Widen single bytes to two (only whole elements).
+                            encoder.push_widened(&source, *a, *b, 1, 2);
+                            for &x in range {
+                                expected.extend_from_slice(&[x, 0]);
+                            }
+                        }
+                    }
+                }
+                prop_assert_eq!(encoder.finish(), STANDARD.encode(&expected));
             }
 
             #[test]

@@ -32,7 +32,7 @@ use crate::stitcher::ROUTED_EXPERTS;
 pub use base64::Base64Error;
 pub use npy::NpyError;
 
-use base64::Base64;
+use base64::{Base64, Encoder};
 
 /// The two inline forms of `routed_experts`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -117,9 +117,9 @@ pub(crate) fn read_rows(
     at: impl Fn() -> Location,
 ) -> Result<(Form, Segment<()>, Vec<u8>), Error> {
     let rows = Inline::parse(value, at)?;
-    let mut bytes = Vec::with_capacity(rows.bytes.len());
-    let dtype = rows.segment.dtype();
-    rows.bytes.append(0, dtype, dtype, &mut bytes);
+    let mut bytes = Vec::new();
+    rows.text
+        .decode_range(rows.data, rows.text.decoded_len(), &mut bytes);
     Ok((rows.form, rows.segment, bytes))
 }
 
@@ -137,69 +137,20 @@ pub(crate) fn npy_file(dtype: Dtype, shape: &[u64], data: &[u8]) -> Result<Vec<u
     Ok(file)
 }
 
-/// One side's inline rows: where they are (an in-memory segment at offset 0)
-/// and their bytes.
+/// One side's inline rows: where they are (an in-memory segment at offset
+/// 0), and their bytes: `[data, decoded_len)` of the validated base64 text
+/// (`data` is 0 for compact rows, the header's length for npy).
 struct Inline<'v> {
     form: Form,
     segment: Segment<()>,
-    bytes: Bytes<'v>,
+    text: Base64<'v>,
+    data: usize,
 }
 
-/// The bytes of inline rows.
-enum Bytes<'v> {
-    /// Still base64 text (compact rows).
-    Text(Base64<'v>),
-    /// Decoded (a `.npy` file): the rows are `file[data..]`.
-    Decoded { file: Vec<u8>, data: usize },
-}
-
-impl Bytes<'_> {
-    /// The rows' bytes from `from` on, appended to `out`, each element widened
-    /// from `from_dtype` to `to_dtype` (zero-extended) when they differ.
-    fn append(&self, from: usize, from_dtype: Dtype, to_dtype: Dtype, out: &mut Vec<u8>) {
-        let narrow = from_dtype.itemsize();
-        let wide = to_dtype.itemsize();
-        match self {
-            Bytes::Text(text) if narrow == wide => text.decode_from(from, out),
-            Bytes::Text(text) => {
-                let mut raw = Vec::new();
-                text.decode_from(from, &mut raw);
-                widen(&raw, narrow, wide, out);
-            }
-            Bytes::Decoded { file, data } => {
-                let raw = file.get(data.saturating_add(from)..).unwrap_or_default();
-                if narrow == wide {
-                    out.extend_from_slice(raw);
-                } else {
-                    widen(raw, narrow, wide, out);
-                }
-            }
-        }
-    }
-
+impl Inline<'_> {
+    /// The number of row bytes.
     fn len(&self) -> usize {
-        match self {
-            Bytes::Text(text) => text.decoded_len(),
-            Bytes::Decoded { file, data } => file.len().saturating_sub(*data),
-        }
-    }
-}
-
-/// Zero-extends little-endian unsigned elements of `narrow` bytes to `wide`.
-fn widen(raw: &[u8], narrow: u64, wide: u64, out: &mut Vec<u8>) {
-    let (Ok(narrow), Ok(wide)) = (usize::try_from(narrow), usize::try_from(wide)) else {
-        return;
-    };
-    if narrow == 0 || wide < narrow {
-        return;
-    }
-    let start = out.len();
-    out.resize(start + raw.len() / narrow * wide, 0);
-    let dst = out.get_mut(start..).unwrap_or_default();
-    for (d, s) in dst.chunks_exact_mut(wide).zip(raw.chunks_exact(narrow)) {
-        if let Some(low) = d.get_mut(..narrow) {
-            low.copy_from_slice(s);
-        }
+        self.text.decoded_len().saturating_sub(self.data)
     }
 }
 
@@ -254,21 +205,25 @@ impl<'v> Inline<'v> {
         };
         let segment = Segment::new(ROUTED_EXPERTS, (), 0, start, seq, dtype, vec![layers, topk])
             .map_err(|overflow| Error::Overflow { at: at(), overflow })?;
-        let bytes = Bytes::Text(text);
-        check_len(&segment, bytes.len(), || at().key("data"))?;
+        check_len(&segment, text.decoded_len(), || at().key("data"))?;
         Ok(Inline {
             form: Form::Compact,
             segment,
-            bytes,
+            text,
+            data: 0,
         })
     }
 
     fn npy(text: &'v str, at: impl Fn() -> Location) -> Result<Inline<'v>, Error> {
         let text = Base64::parse(text).map_err(|error| Error::Base64 { at: at(), error })?;
-        let mut file = Vec::new();
-        text.decode_from(0, &mut file);
         let npy_error = |error| Error::Npy { at: at(), error };
-        let header = npy::parse_header(&file).map_err(npy_error)?;
+        // Decode the header only: the rows stay text until the merge needs them.
+        let mut prefix = Vec::new();
+        text.decode_range(0, npy::PREFIX, &mut prefix);
+        let header_end = npy::header_end(&prefix).map_err(npy_error)?;
+        let mut head = Vec::new();
+        text.decode_range(0, header_end, &mut head);
+        let header = npy::parse_header(&head).map_err(npy_error)?;
         let &[seq, layers, topk] = header.shape.as_slice() else {
             return Err(npy_error(NpyError::Dimensions(header.shape.len())));
         };
@@ -282,20 +237,18 @@ impl<'v> Inline<'v> {
             vec![layers, topk],
         )
         .map_err(|overflow| Error::Overflow { at: at(), overflow })?;
-        let bytes = Bytes::Decoded {
-            file,
+        let rows = Inline {
+            form: Form::Npy,
+            segment,
+            text,
             data: header.data_offset,
         };
-        let expected = segment.byte_range().end;
-        let got = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+        let expected = rows.segment.byte_range().end;
+        let got = u64::try_from(rows.len()).unwrap_or(u64::MAX);
         if got != expected {
             return Err(npy_error(NpyError::DataLength { expected, got }));
         }
-        Ok(Inline {
-            form: Form::Npy,
-            segment,
-            bytes,
-        })
+        Ok(rows)
     }
 }
 
@@ -388,59 +341,38 @@ fn merge(
         p.shape().get(1).copied().unwrap_or(0),
     ];
 
-    match prefill.form {
-        Form::Compact => {
-            let data = splice(prefill, decode, skip, dtype).unwrap_or_else(|| {
-                let mut bytes = Vec::with_capacity(merged_len(prefill, decode, skip, dtype));
-                prefill.bytes.append(0, p.dtype(), dtype, &mut bytes);
-                decode.bytes.append(skip, d.dtype(), dtype, &mut bytes);
-                base64::encode(&bytes)
-            });
-            Ok(Merged::Compact {
-                data,
-                shape,
-                start: p.pos(),
-                dtype,
-            })
-        }
-        Form::Npy => {
-            let mut bytes =
-                npy::header(dtype, &shape).map_err(|error| Error::Npy { at: at(), error })?;
-            bytes.reserve(merged_len(prefill, decode, skip, dtype));
-            prefill.bytes.append(0, p.dtype(), dtype, &mut bytes);
-            decode.bytes.append(skip, d.dtype(), dtype, &mut bytes);
-            Ok(Merged::Npy(base64::encode(&bytes)))
-        }
-    }
-}
-
-/// The merged base64 text spliced from the inputs' texts, when no element
-/// needs widening and both cut points fall on 3-byte boundaries.
-fn splice(prefill: &Inline<'_>, decode: &Inline<'_>, skip: usize, dtype: Dtype) -> Option<String> {
-    if prefill.segment.dtype() != dtype || decode.segment.dtype() != dtype {
-        return None;
-    }
-    let (Bytes::Text(p), Bytes::Text(d)) = (&prefill.bytes, &decode.bytes) else {
-        return None;
+    let header = match prefill.form {
+        Form::Compact => Vec::new(),
+        Form::Npy => npy::header(dtype, &shape).map_err(|error| Error::Npy { at: at(), error })?,
     };
-    let head = p.unpadded_text()?;
-    let tail = d.text_from(skip)?;
-    let mut text = String::with_capacity(head.len() + tail.len());
-    text.push_str(head);
-    text.push_str(tail);
-    Some(text)
-}
-
-/// The byte size of the merged rows (a capacity hint, so saturating).
-fn merged_len(prefill: &Inline<'_>, decode: &Inline<'_>, skip: usize, dtype: Dtype) -> usize {
-    let scaled = |bytes: usize, from: Dtype| {
-        let (from, to) = (from.itemsize() as usize, dtype.itemsize() as usize);
-        (bytes / from.max(1)).saturating_mul(to)
+    let wide = usize::try_from(dtype.itemsize()).unwrap_or(8);
+    let elements = |rows: &Inline<'_>, bytes: usize| {
+        bytes
+            / usize::try_from(rows.segment.dtype().itemsize())
+                .unwrap_or(1)
+                .max(1)
     };
-    scaled(prefill.bytes.len(), prefill.segment.dtype()).saturating_add(scaled(
-        decode.bytes.len().saturating_sub(skip),
-        decode.segment.dtype(),
-    ))
+    let total = header
+        .len()
+        .saturating_add(elements(prefill, prefill.len()).saturating_mul(wide))
+        .saturating_add(elements(decode, decode.len().saturating_sub(skip)).saturating_mul(wide));
+    let mut text = Encoder::with_capacity(total);
+    text.push_bytes(&header);
+    for (rows, from) in [(prefill, 0), (decode, skip)] {
+        let narrow = usize::try_from(rows.segment.dtype().itemsize()).unwrap_or(1);
+        let start = rows.data.saturating_add(from);
+        text.push_widened(&rows.text, start, rows.text.decoded_len(), narrow, wide);
+    }
+    let text = text.finish();
+    Ok(match prefill.form {
+        Form::Compact => Merged::Compact {
+            data: text,
+            shape,
+            start: p.pos(),
+            dtype,
+        },
+        Form::Npy => Merged::Npy(text),
+    })
 }
 
 /// The merged inline rows of one decode choice, ready to write.

@@ -32,8 +32,18 @@ pub(crate) struct Header {
     pub(crate) data_offset: usize,
 }
 
-/// Reads the header of the `.npy` file `bytes`.
-pub(crate) fn parse_header(bytes: &[u8]) -> Result<Header, NpyError> {
+/// How many bytes of a file [`header_end`] needs: magic, version, length.
+pub(crate) const PREFIX: usize = 12;
+
+/// Where the header of the `.npy` file starting with `prefix` (its first
+/// [`PREFIX`] bytes, or all of a shorter file) ends and the data starts.
+pub(crate) fn header_end(prefix: &[u8]) -> Result<usize, NpyError> {
+    let (start, len) = header_span(prefix)?;
+    start.checked_add(len).ok_or(NpyError::Truncated)
+}
+
+/// The header's start and length, from the magic, version and length fields.
+fn header_span(bytes: &[u8]) -> Result<(usize, usize), NpyError> {
     if bytes.get(..6) != Some(MAGIC.as_slice()) {
         return Err(NpyError::Magic);
     }
@@ -46,13 +56,19 @@ pub(crate) fn parse_header(bytes: &[u8]) -> Result<Header, NpyError> {
         (2, 0) | (3, 0) => (4, 12),
         _ => return Err(NpyError::Version(major, minor)),
     };
-    let header_len = match bytes.get(8..8 + len_bytes) {
+    let len = match bytes.get(8..8 + len_bytes) {
         Some(&[a, b]) => usize::from(u16::from_le_bytes([a, b])),
         Some(&[a, b, c, d]) => {
             usize::try_from(u32::from_le_bytes([a, b, c, d])).map_err(|_| NpyError::Truncated)?
         }
         _ => return Err(NpyError::Truncated),
     };
+    Ok((start, len))
+}
+
+/// Reads the header of the `.npy` file `bytes`.
+pub(crate) fn parse_header(bytes: &[u8]) -> Result<Header, NpyError> {
+    let (start, header_len) = header_span(bytes)?;
     let end = start.checked_add(header_len).ok_or(NpyError::Truncated)?;
     let text = bytes.get(start..end).ok_or(NpyError::Truncated)?;
     // Versions 1 and 2 are latin-1; a valid dict literal of ours is ASCII, so
