@@ -12,6 +12,7 @@
 //! as an error, never a panic. No metadata value makes them allocate: a read
 //! is sized only after the file was found to hold the bytes.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -103,6 +104,111 @@ impl Gathered {
         self.data.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
             (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
         })
+    }
+}
+
+/// Where the files that payload segments name are read from (and, for the
+/// simulator and tests, written to).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Store {
+    /// Files on disk; relative names are resolved against this directory.
+    Dir(PathBuf),
+    /// Files in memory, by name.
+    Memory(BTreeMap<String, Vec<u8>>),
+}
+
+impl Store {
+    /// An empty in-memory store.
+    pub fn memory() -> Store {
+        Store::Memory(BTreeMap::new())
+    }
+
+    /// Writes (replaces) the file `name`. A directory store creates the
+    /// directories it needs.
+    ///
+    /// # Errors
+    ///
+    /// An I/O error of a directory store.
+    pub fn write(&mut self, name: &str, bytes: Vec<u8>) -> std::io::Result<()> {
+        match self {
+            Store::Dir(root) => {
+                let path = root.join(name);
+                if let Some(parent) = path.parent() {
+                    std::fs::create_dir_all(parent)?;
+                }
+                std::fs::write(path, bytes)
+            }
+            Store::Memory(files) => {
+                files.insert(name.to_owned(), bytes);
+                Ok(())
+            }
+        }
+    }
+
+    /// Appends the bytes `range` of file `name` to `out`, after checking that
+    /// the file holds them; `at` names the segment for errors.
+    fn read(
+        &self,
+        name: &str,
+        range: std::ops::Range<u64>,
+        at: impl Fn() -> Location,
+        out: &mut Vec<u8>,
+    ) -> Result<(), GatherError> {
+        let path = match self {
+            Store::Dir(root) => root.join(name),
+            Store::Memory(_) => PathBuf::from(name),
+        };
+        let io = |source| GatherError::Io {
+            path: path.clone(),
+            source,
+        };
+        let (len, mut file) = match self {
+            Store::Dir(_) => {
+                let file = File::open(&path).map_err(io)?;
+                (file.metadata().map_err(io)?.len(), Some(file))
+            }
+            Store::Memory(files) => {
+                let bytes = files.get(name).ok_or_else(|| {
+                    io(std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        "no such file in the store",
+                    ))
+                })?;
+                (u64::try_from(bytes.len()).unwrap_or(u64::MAX), None)
+            }
+        };
+        if len < range.end {
+            return Err(GatherError::ShortFile {
+                path,
+                at: at(),
+                needed: range.end,
+                len,
+            });
+        }
+        // The file holds these bytes, so the size is real data, not a claim.
+        let bytes = range.end - range.start;
+        let too_large = || GatherError::TooLarge { at: at(), bytes };
+        let size = usize::try_from(bytes).map_err(|_| too_large())?;
+        let start = out.len();
+        out.try_reserve(size).map_err(|_| too_large())?;
+        match (self, file.as_mut()) {
+            (Store::Dir(_), Some(file)) => {
+                out.resize(start + size, 0);
+                file.seek(SeekFrom::Start(range.start)).map_err(io)?;
+                file.read_exact(out.get_mut(start..).unwrap_or_default())
+                    .map_err(io)?;
+            }
+            (Store::Memory(files), _) => {
+                let from = usize::try_from(range.start).map_err(|_| too_large())?;
+                let slice = files
+                    .get(name)
+                    .and_then(|b| b.get(from..from + size))
+                    .unwrap_or_default();
+                out.extend_from_slice(slice);
+            }
+            (Store::Dir(_), None) => {}
+        }
+        Ok(())
     }
 }
 
@@ -220,6 +326,20 @@ pub fn gather(
     field: &str,
     root: &Path,
 ) -> Result<Gathered, GatherError> {
+    gather_from(response, choice, field, &Store::Dir(root.to_owned()))
+}
+
+/// [`gather`], reading the files from `store` (a directory or memory).
+///
+/// # Errors
+///
+/// As [`gather`].
+pub fn gather_from(
+    response: &Value,
+    choice: usize,
+    field: &str,
+    store: &Store,
+) -> Result<Gathered, GatherError> {
     let object = choice_object(response, choice)?;
     let segments = field_segments(object, choice, field)?;
     if segments.is_empty() {
@@ -246,9 +366,9 @@ pub fn gather(
     let layout = layout(&segments, choice, field)?;
     let mut data = Vec::new();
     for (j, segment) in &layout.in_order {
-        read_segment(
-            segment,
-            root,
+        store.read(
+            segment.file(),
+            segment.byte_range(),
             || item_at(Side::Response, choice, *j),
             &mut data,
         )?;
@@ -402,48 +522,6 @@ fn layout<'s>(
         dtype: first.dtype(),
         shape: first.shape().to_vec(),
     })
-}
-
-/// Appends the bytes of `segment` to `out`, after checking that its file holds
-/// them.
-fn read_segment(
-    segment: &Segment<String>,
-    root: &Path,
-    at: impl Fn() -> Location,
-    out: &mut Vec<u8>,
-) -> Result<(), GatherError> {
-    let path = root.join(segment.file());
-    let io = |source| GatherError::Io {
-        path: path.clone(),
-        source,
-    };
-    let mut file = File::open(&path).map_err(io)?;
-    let len = file.metadata().map_err(io)?.len();
-    let bytes = segment.byte_range();
-    if len < bytes.end {
-        return Err(GatherError::ShortFile {
-            path,
-            at: at(),
-            needed: bytes.end,
-            len,
-        });
-    }
-    // The file holds these bytes, so the size is real data, not a claim.
-    let size = bytes.end - bytes.start;
-    let size = usize::try_from(size).map_err(|_| GatherError::TooLarge {
-        at: at(),
-        bytes: size,
-    })?;
-    let start = out.len();
-    out.try_reserve(size).map_err(|_| GatherError::TooLarge {
-        at: at(),
-        bytes: bytes.end - bytes.start,
-    })?;
-    out.resize(start + size, 0);
-    file.seek(SeekFrom::Start(bytes.start)).map_err(io)?;
-    file.read_exact(out.get_mut(start..).unwrap_or_default())
-        .map_err(io)?;
-    Ok(())
 }
 
 // ----------------------------------------------------------------------------

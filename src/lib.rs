@@ -76,6 +76,11 @@
 //! - [`inline`]: the inline forms ([`Form`]) and what can be wrong with them
 //!   ([`Base64Error`], [`NpyError`]).
 //! - [`Error`]: what went wrong, and where ([`Location`]).
+//! - [`gather`]: reading rows back from files or inline values, to verify.
+//! - `sim` (features `cli` or `testing`): a colocated server and a 1P1D
+//!   deployment simulated over one truth.
+//! - `testing` (feature `testing`): generators, the truth and
+//!   `verify_stitched` for routers' own tests.
 //!
 //! # Guarantees
 //!
@@ -95,9 +100,11 @@ mod handle;
 pub mod inline;
 mod json;
 mod merge;
-#[cfg(feature = "cli")]
+#[cfg(any(feature = "cli", feature = "testing"))]
 pub mod sim;
 mod stitcher;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use algebra::{
     cut, merge_segments, row_bytes, Cuts, Dtype, MissingField, Overflow, Rows, Segment,
@@ -106,7 +113,8 @@ pub use algebra::{
 pub use error::{Error, Location, Side, Step};
 pub use inline::{Base64Error, Form, NpyError};
 // The README's examples run as doc tests, so they cannot go stale.
-#[cfg(doctest)]
+// The README's Rust examples use the `testing` feature.
+#[cfg(all(doctest, feature = "testing"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 

@@ -23,7 +23,7 @@
 use std::fmt;
 use std::fs;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -31,7 +31,7 @@ use serde_json::{json, Value};
 
 use crate::algebra::Dtype;
 use crate::error::Error;
-use crate::gather::gather;
+use crate::gather::{gather, Store};
 use crate::inline;
 use crate::stitcher::ROUTED_EXPERTS;
 
@@ -107,7 +107,7 @@ pub struct Request {
     /// Per choice, where preemptions split the decode's rows (offsets inside
     /// them).
     pub preemptions: Vec<Vec<u64>>,
-    seed: u64,
+    pub(crate) seed: u64,
 }
 
 /// SplitMix64: small, fast, and good enough to draw test data from.
@@ -226,11 +226,14 @@ impl Request {
             .collect()
     }
 
-    /// Writes the files of every deployment into `dir` and returns the
+    /// Writes the files of every deployment into `store` and returns the
     /// responses of each form.
-    pub fn write(&self, dir: &Path) -> io::Result<Vec<(Mode, Responses)>> {
+    ///
+    /// # Errors
+    ///
+    /// An I/O error writing to a directory store.
+    pub fn write(&self, store: &mut Store) -> io::Result<Vec<(Mode, Responses)>> {
         let name = format!("req-{:04}", self.index);
-        fs::create_dir_all(dir.join(&name))?;
         let mut files = Files::default();
         let colocated_rows: Vec<Vec<u8>> = (0..self.choices).map(|c| self.truth(c)).collect();
         let prompt_rows: Vec<u8> = (0..self.prompt)
@@ -301,7 +304,7 @@ impl Request {
                 json!({"index": c, "payload": payload})
             })
             .collect();
-        files.flush(dir)?;
+        files.flush(store)?;
 
         let compact = |rows: &[u8], start: u64, seq: u64| {
             json!({"data": inline::encode_base64(rows), "shape": [seq, self.shape[0], self.shape[1]],
@@ -441,9 +444,9 @@ impl Files {
                "dtype": "bool", "shape": [16]})
     }
 
-    fn flush(self, dir: &Path) -> io::Result<()> {
+    fn flush(self, store: &mut Store) -> io::Result<()> {
         for (name, bytes) in self.contents {
-            fs::write(dir.join(name), bytes)?;
+            store.write(&name, bytes)?;
         }
         Ok(())
     }
@@ -617,7 +620,7 @@ pub fn run(
 /// Simulates request `index`: writes, stitches, gathers and compares.
 fn one(config: &Config, index: usize, merge: &MergeFn) -> io::Result<RequestResult> {
     let request = Request::draw(config.seed, index);
-    let forms = request.write(&config.dir)?;
+    let forms = request.write(&mut Store::Dir(config.dir.clone()))?;
     let truth: Vec<Vec<u8>> = (0..request.choices).map(|c| request.truth(c)).collect();
     let mut mismatches = Vec::new();
     let mut outcomes = Vec::new();

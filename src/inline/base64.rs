@@ -364,7 +364,7 @@ fn invalid(text: &[u8], at: usize) -> Base64Error {
 
 /// Encodes `bytes` as standard base64 with padding, into a string of exactly
 /// the right size.
-#[cfg(any(test, feature = "cli"))]
+#[cfg(any(test, feature = "cli", feature = "testing"))]
 pub(crate) fn encode(bytes: &[u8]) -> String {
     let mut out = Vec::with_capacity(encoded_len(bytes.len()));
     encode_into(bytes, &mut out);

@@ -124,7 +124,7 @@ pub(crate) fn read_rows(
 }
 
 /// The standard base64 text of `bytes`.
-#[cfg(feature = "cli")]
+#[cfg(any(feature = "cli", feature = "testing"))]
 pub(crate) fn encode_base64(bytes: &[u8]) -> String {
     base64::encode(bytes)
 }
