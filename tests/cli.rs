@@ -373,3 +373,92 @@ fn examples_exist_where_the_readme_says() {
         assert!(Path::new(f).exists(), "{f}");
     }
 }
+
+mod arbitrary_files {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// JSON trees biased towards the keys the command reads.
+    fn tree() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            Just(Value::from(-1)),
+            Just(Value::from(1.5)),
+            prop_oneof![
+                Just("routed_experts"),
+                Just("uint8"),
+                Just("p.bin"),
+                Just("AQID"),
+                Just("")
+            ]
+            .prop_map(Value::from),
+        ];
+        leaf.prop_recursive(5, 48, 5, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::vec(
+                    (
+                        proptest::sample::select(vec![
+                            "choices",
+                            "payload",
+                            "field",
+                            "pos",
+                            "rows",
+                            "offset",
+                            "dtype",
+                            "shape",
+                            "file",
+                            "routed_experts",
+                            "data",
+                            "start"
+                        ]),
+                        inner
+                    ),
+                    0..5
+                )
+                .prop_map(|kv| Value::Object(
+                    kv.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+                )),
+            ]
+        })
+    }
+
+    fn contents() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..64),
+            tree().prop_map(|v| serde_json::to_vec(&v).unwrap()),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 48,
+            failure_persistence: Some(Box::new(proptest::test_runner::FileFailurePersistence::Direct("proptest-regressions/cli.txt"))),
+            ..ProptestConfig::default()
+        })]
+
+        /// Whatever the files hold, each subcommand exits 0 or 1 (never a
+        /// panic, whose status is 101), and a failing merge or gather says
+        /// why on stderr and prints nothing on stdout.
+        #[test]
+        fn arbitrary_files_never_panic(a in contents(), b in contents()) {
+            let dir = std::env::temp_dir().join(format!("pd-stitch-fuzz-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let (pa, pb) = (dir.join("a.json"), dir.join("b.json"));
+            std::fs::write(&pa, &a).unwrap();
+            std::fs::write(&pb, &b).unwrap();
+            let (sa, sb, root) = (pa.to_str().unwrap(), pb.to_str().unwrap(), dir.to_str().unwrap());
+            for args in [vec!["merge", sa, sb], vec!["gather", sa, "--choice", "0", "--root", root], vec!["check", sa, "--root", root]] {
+                let out = pd_stitch(&args);
+                let code = out.status.code();
+                prop_assert!(code == Some(0) || code == Some(1), "{:?}: {:?} {}", args, code, stderr(&out));
+                if code == Some(1) && args[0] != "check" {
+                    prop_assert!(out.stdout.is_empty());
+                    prop_assert!(stderr(&out).starts_with("error: "), "{}", stderr(&out));
+                }
+            }
+        }
+    }
+}
