@@ -2,6 +2,8 @@
 //! errors (one line on stderr, exit status 1, nothing on stdout), and --help.
 #![cfg(feature = "cli")]
 
+mod support;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -378,57 +380,10 @@ mod arbitrary_files {
     use super::*;
     use proptest::prelude::*;
 
-    /// JSON trees biased towards the keys the command reads.
-    fn tree() -> impl Strategy<Value = Value> {
-        let leaf = prop_oneof![
-            Just(Value::Null),
-            any::<i64>().prop_map(Value::from),
-            any::<u64>().prop_map(Value::from),
-            Just(Value::from(-1)),
-            Just(Value::from(1.5)),
-            prop_oneof![
-                Just("routed_experts"),
-                Just("uint8"),
-                Just("p.bin"),
-                Just("AQID"),
-                Just("")
-            ]
-            .prop_map(Value::from),
-        ];
-        leaf.prop_recursive(5, 48, 5, |inner| {
-            prop_oneof![
-                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
-                proptest::collection::vec(
-                    (
-                        proptest::sample::select(vec![
-                            "choices",
-                            "payload",
-                            "field",
-                            "pos",
-                            "rows",
-                            "offset",
-                            "dtype",
-                            "shape",
-                            "file",
-                            "routed_experts",
-                            "data",
-                            "start"
-                        ]),
-                        inner
-                    ),
-                    0..5
-                )
-                .prop_map(|kv| Value::Object(
-                    kv.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
-                )),
-            ]
-        })
-    }
-
     fn contents() -> impl Strategy<Value = Vec<u8>> {
         prop_oneof![
             proptest::collection::vec(any::<u8>(), 0..64),
-            tree().prop_map(|v| serde_json::to_vec(&v).unwrap()),
+            support::json_tree().prop_map(|v| serde_json::to_vec(&v).unwrap()),
         ]
     }
 

@@ -3,88 +3,17 @@
 
 mod support;
 
-use base64::Engine;
 use pd_stitch::Stitcher;
 use proptest::prelude::*;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use support::*;
-
-/// The keys the crate reads, so that random trees reach deep into its paths.
-const KEYS: [&str; 12] = [
-    "choices",
-    "payload",
-    "field",
-    "pos",
-    "rows",
-    "offset",
-    "dtype",
-    "shape",
-    "file",
-    "routed_experts",
-    "data",
-    "start",
-];
-
-fn leaf() -> impl Strategy<Value = Value> {
-    prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::from),
-        any::<u64>().prop_map(Value::from),
-        any::<i64>().prop_map(Value::from),
-        prop_oneof![
-            Just(u64::MAX),
-            Just(u64::MAX - 1),
-            Just(1 << 63),
-            Just(0u64),
-            Just(1u64)
-        ]
-        .prop_map(Value::from),
-        any::<f64>().prop_map(|f| json!(f)),
-        prop_oneof![
-            Just("routed_experts"),
-            Just("routed_expert_weights"),
-            Just("uint8"),
-            Just("uint16"),
-            Just("sampling_mask"),
-            Just(""),
-            Just("é\u{0}")
-        ]
-        .prop_map(Value::from),
-        ".{0,8}".prop_map(Value::from),
-        // Base64 of a .npy magic and version followed by random bytes, so the
-        // header parser sees near-misses, not only garbage.
-        (
-            prop_oneof![Just(1u8), Just(2), Just(3), any::<u8>()],
-            proptest::collection::vec(any::<u8>(), 0..80)
-        )
-            .prop_map(|(major, rest)| {
-                let mut file = b"\x93NUMPY".to_vec();
-                file.extend([major, 0]);
-                file.extend(rest);
-                Value::from(base64::engine::general_purpose::STANDARD.encode(file))
-            }),
-    ]
-}
-
-fn tree() -> impl Strategy<Value = Value> {
-    leaf().prop_recursive(6, 96, 6, |inner| {
-        prop_oneof![
-            proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
-            proptest::collection::vec(
-                (prop_oneof![4 => proptest::sample::select(KEYS.to_vec()).prop_map(str::to_owned), 1 => "[a-z]{1,4}"], inner),
-                0..6
-            )
-            .prop_map(|entries| Value::Object(entries.into_iter().collect::<Map<String, Value>>())),
-        ]
-    })
-}
 
 /// A valid pair with one random subtree replaced by a random tree: most of
 /// the structure is right, so the merge gets deep before it meets the damage.
 fn damaged_pair() -> impl Strategy<Value = (Value, Value)> {
     (
         arbitrary_pair(false),
-        tree(),
+        json_tree(),
         any::<bool>(),
         any::<prop::sample::Index>(),
     )
@@ -173,7 +102,7 @@ proptest! {
     #![proptest_config(config("proptest-regressions/totality.txt"))]
 
     #[test]
-    fn arbitrary_json_never_panics(prefill in tree(), decode in tree()) {
+    fn arbitrary_json_never_panics(prefill in json_tree(), decode in json_tree()) {
         check_total(&prefill, &decode)?;
     }
 

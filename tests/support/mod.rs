@@ -10,10 +10,11 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use base64::Engine;
 use pd_stitch::Error;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 pub const RE: &str = "routed_experts";
 pub const W: &str = "routed_expert_weights";
@@ -323,6 +324,80 @@ pub fn payload(choice: &Value) -> Vec<Value> {
 
 // ----------------------------------------------------------------------------
 // Generators.
+
+/// The keys the crate reads, so that random trees reach deep into its paths.
+const KEYS: [&str; 12] = [
+    "choices",
+    "payload",
+    "field",
+    "pos",
+    "rows",
+    "offset",
+    "dtype",
+    "shape",
+    "file",
+    "routed_experts",
+    "data",
+    "start",
+];
+
+fn json_leaf() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        prop_oneof![
+            Just(u64::MAX),
+            Just(u64::MAX - 1),
+            Just(1 << 63),
+            Just(0u64),
+            Just(1u64)
+        ]
+        .prop_map(Value::from),
+        any::<f64>().prop_map(|f| json!(f)),
+        prop_oneof![
+            Just("routed_experts"),
+            Just("routed_expert_weights"),
+            Just("uint8"),
+            Just("uint16"),
+            Just("sampling_mask"),
+            Just(""),
+            Just("é\u{0}")
+        ]
+        .prop_map(Value::from),
+        ".{0,8}".prop_map(Value::from),
+        // Base64 of a .npy magic and version followed by random bytes, so the
+        // header parser sees near-misses, not only garbage.
+        (
+            prop_oneof![Just(1u8), Just(2), Just(3), any::<u8>()],
+            proptest::collection::vec(any::<u8>(), 0..80)
+        )
+            .prop_map(|(major, rest)| {
+                let mut file = b"\x93NUMPY".to_vec();
+                file.extend([major, 0]);
+                file.extend(rest);
+                Value::from(base64::engine::general_purpose::STANDARD.encode(file))
+            }),
+    ]
+}
+
+/// Arbitrary JSON trees, biased towards the keys and values the crate reads:
+/// objects, arrays, strings, floats, huge and negative integers, near-miss
+/// `.npy` base64, depth up to 6.
+pub fn json_tree() -> impl Strategy<Value = Value> {
+    json_leaf().prop_recursive(6, 96, 6, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            proptest::collection::vec(
+                (prop_oneof![4 => proptest::sample::select(KEYS.to_vec()).prop_map(str::to_owned), 1 => "[a-z]{1,4}"], inner),
+                0..6
+            )
+            .prop_map(|entries| Value::Object(entries.into_iter().collect::<Map<String, Value>>())),
+        ]
+    })
+}
+
 // ----------------------------------------------------------------------------
 
 fn dtype() -> impl Strategy<Value = &'static str> {
