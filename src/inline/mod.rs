@@ -13,9 +13,10 @@
 //! algebra's: `cut = prefill.end()`, and the decode's rows are clipped from the
 //! cut. What is particular to inline rows is only how the bytes travel: the
 //! merged rows are the prefill's bytes followed by the decode's from byte
-//! `clip.offset()` on, widened where the dtypes differ, and re-encoded. When
-//! nothing needs widening and both byte counts are multiples of 3, the merged
-//! base64 text is spliced from the two input texts without decoding them.
+//! `clip.offset()` on, widened where the dtypes differ. The rows stay base64
+//! text: the merged text is copied from the inputs' text wherever the bytes
+//! keep their position modulo 3, and only the rest is decoded and encoded
+//! (see `Encoder`).
 
 mod base64;
 mod npy;
