@@ -839,3 +839,53 @@ fn compact_widening_both_ways_and_the_splice_boundary() {
     merge_routed_experts_in_json(&p, &mut d).unwrap();
     assert_eq!(d["choices"][0]["routed_experts"]["data"], "AQoL");
 }
+
+/// Compact rows are checked in a fixed order, so that with several faults the
+/// first is the one reported: `data` a string, `shape` three integers,
+/// `start`, `dtype`, the base64 itself, the arithmetic, the length.
+#[test]
+fn compact_faults_are_reported_in_order() {
+    let prefill =
+        json!({"choices": [{"routed_experts": {"data": "AQID", "shape": [1, 1, 3], "start": 0}}]});
+    let check = |rows: Value, at: &str| {
+        let decode = json!({"choices": [{"routed_experts": rows}]});
+        let err = merge_routed_experts_in_json(&prefill, &mut decode.clone()).unwrap_err();
+        assert_eq!(
+            err.location().to_string(),
+            format!("decode choices[0].routed_experts{at}"),
+            "{err}"
+        );
+    };
+    check(
+        json!({"data": 1, "shape": [3], "start": -1, "dtype": "x"}),
+        ".data",
+    );
+    check(
+        json!({"data": "@", "shape": [3, 1], "start": -1, "dtype": "x"}),
+        ".shape",
+    );
+    check(
+        json!({"data": "@", "shape": [1, 1, -3], "start": -1, "dtype": "x"}),
+        ".shape[2]",
+    );
+    check(
+        json!({"data": "@", "shape": [1, 1, 3], "start": -1, "dtype": "x"}),
+        ".start",
+    );
+    check(
+        json!({"data": "@", "shape": [1, 1, 3], "start": 0, "dtype": "x"}),
+        ".dtype",
+    );
+    check(
+        json!({"data": "@", "shape": [u64::MAX, 2, 3], "start": 0}),
+        ".data",
+    );
+    check(
+        json!({"data": "AQID", "shape": [u64::MAX, 2, 3], "start": 0}),
+        "",
+    );
+    check(
+        json!({"data": "AQID", "shape": [2, 1, 3], "start": 0}),
+        ".data",
+    );
+}
