@@ -426,29 +426,35 @@ fn field_segments(
         }
     };
     let mut segments = Vec::new();
-    for (j, item) in items.iter().enumerate() {
-        let Some(object) = item.as_object() else {
-            continue;
-        };
-        let Some(keys) = Keys::of(object).filter(|k| k.field() == field) else {
-            continue;
-        };
-        let at = || item_at(Side::Response, index, j);
-        let segment = keys.segment(&at)?;
-        let file = match object.get("file") {
-            Some(Value::String(file)) => file.clone(),
-            other => {
-                return Err(Error::Structure {
+    for (j, segment) in segments_of(items, index, field) {
+        segments.push((j, segment?));
+    }
+    Ok(segments)
+}
+
+/// Each payload item of `field` with its index, validated into a segment
+/// whose file is a string (or the error that says why it is not one).
+fn segments_of<'a>(
+    items: &'a [Value],
+    choice: usize,
+    field: &'a str,
+) -> impl Iterator<Item = (usize, Result<Segment<String>, Error>)> + 'a {
+    items.iter().enumerate().filter_map(move |(j, item)| {
+        let object = item.as_object()?;
+        let keys = Keys::of(object).filter(|k| k.field() == field)?;
+        let at = || item_at(Side::Response, choice, j);
+        let segment = keys
+            .segment(&at)
+            .and_then(|segment| match object.get("file") {
+                Some(Value::String(file)) => Ok(segment.map_file(|()| file.clone())),
+                other => Err(Error::Structure {
                     at: at().key("file"),
                     expected: "a file name",
                     got: describe(other),
-                }
-                .into())
-            }
-        };
-        segments.push((j, segment.map_file(|()| file)));
-    }
-    Ok(segments)
+                }),
+            });
+        Some((j, segment))
+    })
 }
 
 /// Segments checked to tile their positions: one dtype and shape, no gap, no
@@ -645,24 +651,11 @@ fn check_payload(choice: &Map<String, Value>, i: usize, root: &Path, report: &mu
 fn check_field(items: &[Value], i: usize, field: &str, root: &Path) -> FieldReport {
     let mut out = FieldReport::empty(i, field.to_owned());
     let mut segments: Vec<(usize, Segment<String>)> = Vec::new();
-    for (j, item) in items.iter().enumerate() {
-        let Some(object) = item.as_object() else {
-            continue;
-        };
-        let Some(keys) = Keys::of(object).filter(|k| k.field() == field) else {
-            continue;
-        };
+    for (j, segment) in segments_of(items, i, field) {
         out.segments += 1;
-        let at = || item_at(Side::Response, i, j);
-        let file = object.get("file").and_then(Value::as_str);
-        match (keys.segment(&at), file) {
-            (Ok(segment), Some(file)) => segments.push((j, segment.map_file(|()| file.to_owned()))),
-            (Err(err), _) => out.problems.push(err.to_string()),
-            (Ok(_), None) => out.problems.push(format!(
-                "{}: must be a file name, got {}",
-                at().key("file"),
-                describe(object.get("file"))
-            )),
+        match segment {
+            Ok(segment) => segments.push((j, segment)),
+            Err(err) => out.problems.push(err.to_string()),
         }
     }
     if let Some((_, first)) = segments.first() {

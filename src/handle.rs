@@ -218,19 +218,12 @@ impl<'v> Keys<'v> {
         let rows = json::integer(self.rows, || at().key("rows"))?;
         let offset = json::integer(self.offset, || at().key("offset"))?;
         let dtype = json::dtype(self.dtype, || at().key("dtype"))?;
-        let dims = match self.shape {
-            Some(Value::Array(dims)) => dims.as_slice(),
-            other => {
-                return Err(Error::Structure {
-                    at: at().key("shape"),
-                    expected: "an array of non-negative integers",
-                    got: describe(other),
-                })
-            }
-        };
-        for (k, dim) in dims.iter().enumerate() {
-            json::integer(Some(dim), || at().key("shape").index(k))?;
-        }
+        let dims = json::shape(
+            self.shape,
+            None,
+            "an array of non-negative integers",
+            || at().key("shape"),
+        )?;
         let overflow = |overflow| Error::Overflow { at: at(), overflow };
         let row_bytes =
             row_bytes(dtype, dims.iter().filter_map(Value::as_u64)).map_err(overflow)?;

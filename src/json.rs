@@ -26,19 +26,21 @@ pub(crate) fn dtype(value: Option<&Value>, at: impl FnOnce() -> Location) -> Res
 
 /// An array of JSON integers in `0..=u64::MAX`, of exactly `len` entries when
 /// `len` is given; [`Error::Structure`] at `at()` for anything but an array of
-/// that length, [`Error::Integer`] at `at()[k]` for a bad entry.
-pub(crate) fn shape(
-    value: Option<&Value>,
+/// that length, [`Error::Integer`] at `at()[k]` for a bad entry. Returns the
+/// validated entries without copying them (`Value::as_u64` is `Some` for each).
+pub(crate) fn shape<'v>(
+    value: Option<&'v Value>,
     len: Option<usize>,
     expected: &'static str,
     at: impl Fn() -> Location,
-) -> Result<Vec<u64>, Error> {
+) -> Result<&'v [Value], Error> {
     match value {
-        Some(Value::Array(dims)) if len.is_none_or(|n| n == dims.len()) => dims
-            .iter()
-            .enumerate()
-            .map(|(k, dim)| integer(Some(dim), || at().index(k)))
-            .collect(),
+        Some(Value::Array(dims)) if len.is_none_or(|n| n == dims.len()) => {
+            for (k, dim) in dims.iter().enumerate() {
+                integer(Some(dim), || at().index(k))?;
+            }
+            Ok(dims)
+        }
         other => Err(Error::Structure {
             at: at(),
             expected,

@@ -187,7 +187,10 @@ impl<'v> Inline<'v> {
             Some(3),
             "an array of 3 non-negative integers",
             || at().key("shape"),
-        )?;
+        )?
+        .iter()
+        .filter_map(Value::as_u64)
+        .collect::<Vec<u64>>();
         let start = json::integer(object.get("start"), || at().key("start"))?;
         let dtype = match object.get("dtype") {
             None => Dtype::Uint8, // older writers omit it
