@@ -418,12 +418,13 @@ fn fault() -> impl Strategy<Value = Fault> {
 /// Corrupts canonical base64 text in one of several ways.
 fn corrupt(text: &str, how: usize) -> String {
     match how {
-        0 => format!("{text}A"),         // length not a multiple of 4
-        1 => format!("-{}", &text[1..]), // outside the alphabet
-        2 => format!("{text}\n"),        // white space
-        3 => format!("{}====", text),    // padding beyond the end
+        0 => format!("{text}A"), // length not a multiple of 4
+        // Outside the alphabet (the empty text of zero rows has no first character to replace).
+        1 => format!("-{}", text.get(1..).unwrap_or("AAA")),
+        2 => format!("{text}\n"),     // white space
+        3 => format!("{}====", text), // padding beyond the end
         4 => text.replace('+', "-").replace('/', "_") + "_AAA", // url-safe alphabet
-        _ => format!("{text}AB=="),      // non-canonical: 'B' has unused bits set
+        _ => format!("{text}AB=="),   // non-canonical: 'B' has unused bits set
     }
 }
 
