@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""Write the committed seed corpus, fuzz/seeds/<target>/<name>.
+
+A seed is what the fuzz targets read: the prefill's JSON, one NUL byte, the
+decode's JSON. The seeds are real-looking responses, so the fuzzer starts from
+inputs that reach deep into the merge instead of rediscovering the format:
+
+- the committed pairs, tests/fixtures/pairs/*/ and examples/*/ (as written,
+  and minified), and examples/broken/*.json as decodes of the seed prefill;
+- inline npy pairs from the NumPy-written files in tests/fixtures/npy/;
+- optionally, pairs rebuilt from a simulator run's merged responses: the
+  prefill's segments or rows split off, and the decode given back its row for
+  the last prompt position, as a decode instance writes it.
+
+    target/debug/pd-stitch simulate --requests 24 --seed 11 --dir /tmp/pdsim
+    python3 fuzz/make_seeds.py /tmp/pdsim
+
+Standard library only. The output is deterministic for a given simulator run.
+"""
+
+import base64
+import json
+import pathlib
+import shutil
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SEEDS = ROOT / "fuzz" / "seeds"
+BY_HANDLE = "merge_routed_payload_in_json"
+INLINE = "merge_routed_experts_in_json"
+FOR_PD = "merge_routed_experts_for_pd"
+# The simulator's requests with the smallest responses of `--seed 11`.
+SIM_REQUESTS = ["req-0006", "req-0017", "req-0019"]
+ITEMSIZE = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2,
+            "float16": 2, "bfloat16": 2, "int32": 4, "uint32": 4,
+            "float32": 4, "int64": 8, "uint64": 8, "float64": 8}
+
+seeds = {BY_HANDLE: {}, INLINE: {}, FOR_PD: {}}
+
+
+def minify(value):
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def add(targets, name, prefill, decode):
+    """Add a pair (bytes or JSON values) to the targets' seeds."""
+    if not isinstance(prefill, bytes):
+        prefill, decode = minify(prefill), minify(decode)
+    for target in targets:
+        seeds[target][name] = prefill.rstrip() + b"\0" + decode.rstrip()
+
+
+def committed_pairs():
+    pairs = ROOT / "tests" / "fixtures" / "pairs"
+    for pair in sorted(pairs.iterdir()):
+        prefill = (pair / "prefill.json").read_bytes()
+        decode = (pair / "decode.json").read_bytes()
+        # Every entry point gets every pair: on the other kind's rows it
+        # takes its no-op or refusal paths.
+        targets = [BY_HANDLE, INLINE, FOR_PD]
+        add(targets, f"fixture-{pair.name}", prefill, decode)
+        add(targets, f"fixture-{pair.name}-min", json.loads(prefill), json.loads(decode))
+    # examples/seed and examples/inline are the same as the fixtures; the
+    # broken decodes are not.
+    seed = json.loads((ROOT / "examples" / "seed" / "prefill.json").read_bytes())
+    for broken in sorted((ROOT / "examples" / "broken").glob("*.json")):
+        decode = json.loads(broken.read_bytes())
+        add([BY_HANDLE], f"example-broken-{broken.stem}", seed, decode)
+    # Both kinds in one response, for the combined entry point.
+    inline_p = json.loads((pairs / "inline" / "prefill.json").read_bytes())
+    inline_d = json.loads((pairs / "inline" / "decode.json").read_bytes())
+    seed_d = json.loads((pairs / "seed" / "decode.json").read_bytes())
+    seed["choices"][0]["routed_experts"] = inline_p["choices"][0]["routed_experts"]
+    for choice in seed_d["choices"]:
+        choice["routed_experts"] = inline_d["choices"][0]["routed_experts"]
+    add([BY_HANDLE, INLINE, FOR_PD], "fixture-seed-and-inline", seed, seed_d)
+
+
+def npy_pairs():
+    npy = ROOT / "tests" / "fixtures" / "npy"
+
+    def rows(name):
+        text = base64.b64encode((npy / f"{name}.npy").read_bytes()).decode()
+        return {"choices": [{"index": 0, "routed_experts": text}]}
+
+    for prefill, decode in [("pd_prefill_u1", "pd_decode_u1"),
+                            ("pd_prefill_u1", "pd_decode_u2"),
+                            ("u2_5x3x2_v2", "u2_5x3x2_v3"),
+                            ("i4_2x2x2", "u1_3x2x4"),
+                            ("pd_prefill_u1", "bad_fortran")]:
+        add([INLINE], f"npy-{prefill}-{decode}", rows(prefill), rows(decode))
+    add([FOR_PD], "npy-pd_prefill_u1-pd_decode_u2", rows("pd_prefill_u1"), rows("pd_decode_u2"))
+
+
+def row_bytes(segment):
+    size = ITEMSIZE[segment["dtype"]]
+    for dim in segment["shape"]:
+        size *= dim
+    return size
+
+
+def simulated_pairs(run):
+    for request in SIM_REQUESTS:
+        merged = json.loads((run / request / "by-handle.merged.json").read_bytes())
+        prefix = [item for item in merged["choices"][0]["payload"]
+                  if item["file"].endswith("prefill.bin")]
+        cut = max(item["pos"] + item["rows"] for item in prefix)
+        prefill = {k: v for k, v in merged.items() if k != "choices"}
+        prefill["choices"] = [{"index": 0, "payload": prefix}]
+        decode = json.loads(json.dumps(merged))
+        for choice in decode["choices"]:
+            own = [item for item in choice["payload"] if item not in prefix]
+            # The decode's first row is the last prompt position's.
+            for item in own:
+                if item["field"] == "routed_experts" and item["pos"] == cut \
+                        and item["offset"] >= row_bytes(item):
+                    item["pos"] -= 1
+                    item["rows"] += 1
+                    item["offset"] -= row_bytes(item)
+                    break
+            choice["payload"] = own
+        add([BY_HANDLE, FOR_PD], f"sim-{request}-by-handle", prefill, decode)
+
+        compact = json.loads((run / request / "compact.merged.json").read_bytes())
+        first = compact["choices"][0]["routed_experts"]
+        _, layers, topk = first["shape"]
+        size = ITEMSIZE[first["dtype"]] * layers * topk
+        data = base64.b64decode(first["data"])
+        p_rows = dict(first, data=base64.b64encode(data[:cut * size]).decode(),
+                      shape=[cut, layers, topk], start=0)
+        c_prefill = {"choices": [{"index": 0, "routed_experts": p_rows}]}
+        c_decode = json.loads(json.dumps(compact))
+        for choice in c_decode["choices"]:
+            rows = choice["routed_experts"]
+            data = base64.b64decode(rows["data"])
+            rows["data"] = base64.b64encode(data[(cut - 1) * size:]).decode()
+            rows["shape"][0] -= cut - 1
+            rows["start"] = cut - 1
+        add([INLINE], f"sim-{request}-compact", c_prefill, c_decode)
+
+        # Both kinds at once, when the forms agree on the choices.
+        if len(c_decode["choices"]) == len(decode["choices"]):
+            prefill["choices"][0]["routed_experts"] = p_rows
+            for choice, rows in zip(decode["choices"], c_decode["choices"]):
+                choice["routed_experts"] = rows["routed_experts"]
+            add([FOR_PD], f"sim-{request}-both", prefill, decode)
+
+
+def main():
+    committed_pairs()
+    npy_pairs()
+    if len(sys.argv) > 1:
+        simulated_pairs(pathlib.Path(sys.argv[1]))
+    for target, files in seeds.items():
+        shutil.rmtree(SEEDS / target, ignore_errors=True)
+        (SEEDS / target).mkdir(parents=True)
+        for name, data in sorted(files.items()):
+            (SEEDS / target / name).write_bytes(data)
+        print(f"{target}: {len(files)} seeds, {sum(map(len, files.values()))} bytes")
+
+
+if __name__ == "__main__":
+    main()

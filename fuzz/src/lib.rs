@@ -1,0 +1,706 @@
+//! The checks the three fuzz targets share.
+//!
+//! **Input format.** `prefill JSON, one NUL byte (0x00), decode JSON`. A JSON
+//! text never holds a raw NUL (not as whitespace, and inside strings control
+//! characters must be escaped), so splitting at the first NUL is unambiguous.
+//! Inputs without a NUL, or with a half that is not JSON, are skipped: the
+//! merge takes `serde_json::Value`s, so bytes that do not parse never reach it.
+//!
+//! **What is asserted** holds for *any* input, by docs/SPEC.md; every message
+//! names the rule or law. A panic here is either a crate bug or a wrong check,
+//! so each check is stated only as strongly as the spec states it.
+//!
+//! - No panic inside the merge (R9, N6, L10): libFuzzer reports it.
+//! - Anything but `Ok(true)` leaves the decode exactly as it was (R8, N6, P2,
+//!   L6, L10).
+//! - On `Ok(true)`:
+//!   - only `choices[i].payload` (by handle) and `choices[i].routed_experts`
+//!     (inline) may change; every other key is untouched (R7);
+//!   - the prefill had rows of a kind the entry point merges (R1, N2);
+//!   - by handle: every stitched segment on both sides was valid (R2), and per
+//!     decode choice L7 (the prefill's segments first, verbatim), L5 (other
+//!     items pass through in order), L9 (each decode segment dropped, clipped
+//!     or kept exactly as R5 says), L2 (coverage) and L1 (disjointness);
+//!   - inline compact: start, shape, dtype and the decoded rows themselves:
+//!     the prefill's, then the decode's from the cut, zero-extended when
+//!     widened (N3, N5, I1);
+//!   - inline npy: a version 1.0 file, header padded to 64 bytes, whose data is
+//!     the prefill's data (possibly widened) followed by a tail of the
+//!     decode's data (N4, N5). The `.npy` header dict is not parsed here, so
+//!     the position of the cut inside the decode's data is not checked.
+//!
+//! The arithmetic here is in `u128`, so it cannot overflow where the crate's
+//! checked `u64` arithmetic refuses an input.
+
+#![forbid(unsafe_code)]
+
+use base64::Engine as _;
+use serde_json::{Map, Value};
+
+/// A public JSON entry point of pd-stitch.
+pub type Merge = fn(&Value, &mut Value) -> Result<bool, pd_stitch::Error>;
+
+/// Which kinds of rows an entry point merges.
+#[derive(Clone, Copy, Debug)]
+pub struct Kinds {
+    pub by_handle: bool,
+    pub inline: bool,
+}
+
+impl Kinds {
+    pub const BY_HANDLE: Kinds = Kinds {
+        by_handle: true,
+        inline: false,
+    };
+    pub const INLINE: Kinds = Kinds {
+        by_handle: false,
+        inline: true,
+    };
+    pub const BOTH: Kinds = Kinds {
+        by_handle: true,
+        inline: true,
+    };
+}
+
+/// The stitched field of the free entry points.
+const FIELD: &str = "routed_experts";
+
+/// `(prefill, decode)` from a fuzz input, or `None` when it is not two JSON
+/// texts separated by a NUL.
+pub fn split(data: &[u8]) -> Option<(Value, Value)> {
+    let nul = data.iter().position(|&b| b == 0)?;
+    let prefill = serde_json::from_slice(&data[..nul]).ok()?;
+    let decode = serde_json::from_slice(&data[nul + 1..]).ok()?;
+    Some((prefill, decode))
+}
+
+/// Run `merge` on the input and assert the spec's laws on the outcome.
+pub fn check(data: &[u8], merge: Merge, kinds: Kinds) {
+    let Some((prefill, decode)) = split(data) else {
+        return;
+    };
+    let mut merged = decode.clone();
+    let result = merge(&prefill, &mut merged);
+    if !matches!(result, Ok(true)) {
+        assert!(
+            merged == decode,
+            "R8/L10: the merge returned {result:?} but changed the decode"
+        );
+        return;
+    }
+    assert!(
+        strip(&merged, kinds) == strip(&decode, kinds),
+        "R7: the merge changed more than the choices' rows"
+    );
+    let segments = prefill_segments(&prefill);
+    let inline = prefill_inline(&prefill);
+    assert!(
+        (kinds.by_handle && !segments.is_empty()) || (kinds.inline && inline.is_some()),
+        "R1/N2: Ok(true) from a prefill without rows to merge"
+    );
+    // Without a `choices` array there is nothing the merge may write to, and
+    // `strip` has shown the decode unchanged.
+    let (Some(before), Some(after)) = (choices(&decode), choices(&merged)) else {
+        return;
+    };
+    for (i, (d, m)) in before.iter().zip(after).enumerate() {
+        if kinds.by_handle {
+            check_by_handle(&segments, d, m, i);
+        }
+        if kinds.inline {
+            check_inline(inline, d, m, i);
+        }
+    }
+}
+
+/// The response with what a merge may change removed from every choice.
+fn strip(response: &Value, kinds: Kinds) -> Value {
+    let mut response = response.clone();
+    if let Some(choices) = response.get_mut("choices").and_then(Value::as_array_mut) {
+        for choice in choices.iter_mut().filter_map(Value::as_object_mut) {
+            if kinds.by_handle {
+                choice.remove("payload");
+            }
+            if kinds.inline {
+                choice.remove(FIELD);
+            }
+        }
+    }
+    response
+}
+
+fn choices(response: &Value) -> Option<&Vec<Value>> {
+    response.get("choices")?.as_array()
+}
+
+/// The prefill's choice 0, read leniently (SPEC §6.1): anything missing or of
+/// another type means no rows.
+fn prefill_choice(prefill: &Value) -> Option<&Value> {
+    choices(prefill)?.first()
+}
+
+/// The prefill's stitched segments (R10: from `choices[0].payload` only).
+fn prefill_segments(prefill: &Value) -> Vec<&Value> {
+    prefill_choice(prefill)
+        .and_then(|c| c.get("payload"))
+        .and_then(Value::as_array)
+        .map(|items| items.iter().filter(|x| is_stitched(x)).collect())
+        .unwrap_or_default()
+}
+
+/// The prefill's inline rows (N1: present and not null).
+fn prefill_inline(prefill: &Value) -> Option<&Value> {
+    prefill_choice(prefill)?.get(FIELD).filter(|v| !v.is_null())
+}
+
+fn is_stitched(item: &Value) -> bool {
+    item.get("field").and_then(Value::as_str) == Some(FIELD)
+}
+
+// ---------------------------------------------------------------- by handle
+
+/// A stitched segment's numbers, widened to `u128`.
+#[derive(Clone, Copy, Debug)]
+struct Seg {
+    pos: u128,
+    end: u128,
+    offset: u128,
+    row_bytes: u128,
+}
+
+/// The numbers of a stitched segment of a merge that succeeded: R2 says each
+/// was validated, so a segment that does not read is a bug.
+fn seg(item: &Value) -> Seg {
+    let int = |key: &str| {
+        item.get(key)
+            .and_then(Value::as_u64)
+            .unwrap_or_else(|| panic!("R2: accepted a segment whose {key} is not a u64: {item}"))
+    };
+    let (pos, rows, offset) = (int("pos"), int("rows"), int("offset"));
+    let itemsize = item
+        .get("dtype")
+        .and_then(Value::as_str)
+        .and_then(itemsize)
+        .unwrap_or_else(|| panic!("R2: accepted a segment without a supported dtype: {item}"));
+    let dims: Option<Vec<u64>> = item
+        .get("shape")
+        .and_then(Value::as_array)
+        .and_then(|shape| shape.iter().map(Value::as_u64).collect());
+    let dims =
+        dims.unwrap_or_else(|| panic!("R2: accepted a segment whose shape is not u64s: {item}"));
+    let row_bytes = row_bytes(itemsize, &dims)
+        .unwrap_or_else(|| panic!("R2: accepted a segment whose row_bytes overflows: {item}"));
+    let (pos, rows, offset) = (u128::from(pos), u128::from(rows), u128::from(offset));
+    // Cannot overflow u128: each factor is below 2^64.
+    let byte_end = offset + rows * row_bytes;
+    assert!(
+        pos + rows <= u128::from(u64::MAX) && byte_end <= u128::from(u64::MAX),
+        "R2: accepted a segment whose end or byte end overflows u64: {item}"
+    );
+    Seg {
+        pos,
+        end: pos + rows,
+        offset,
+        row_bytes,
+    }
+}
+
+/// `itemsize * prod(dims)` when it fits in `u64`; a zero dimension makes 0
+/// whatever the others are.
+fn row_bytes(itemsize: usize, dims: &[u64]) -> Option<u128> {
+    if dims.contains(&0) {
+        return Some(0);
+    }
+    dims.iter()
+        .try_fold(itemsize as u128, |acc, &d| acc.checked_mul(u128::from(d)))
+        .filter(|&b| b <= u128::from(u64::MAX))
+}
+
+fn itemsize(dtype: &str) -> Option<usize> {
+    Some(match dtype {
+        "bool" | "int8" | "uint8" => 1,
+        "int16" | "uint16" | "float16" | "bfloat16" => 2,
+        "int32" | "uint32" | "float32" => 4,
+        "int64" | "uint64" | "float64" => 8,
+        _ => return None,
+    })
+}
+
+/// What R5 makes of a decode segment at the cut: dropped, kept or clipped.
+fn fate(item: &Value, cut: u128) -> Option<Value> {
+    let s = seg(item);
+    if s.end <= cut {
+        return None;
+    }
+    if s.pos >= cut {
+        return Some(item.clone());
+    }
+    let as_u64 = |x: u128| Value::from(u64::try_from(x).expect("below an end checked by seg"));
+    let mut clipped = item.clone();
+    clipped["pos"] = as_u64(cut);
+    clipped["rows"] = as_u64(s.end - cut);
+    clipped["offset"] = as_u64(s.offset + (cut - s.pos) * s.row_bytes);
+    Some(clipped)
+}
+
+/// The by-handle laws on one decode choice `d` merged into `m`.
+fn check_by_handle(prefill: &[&Value], d: &Value, m: &Value, i: usize) {
+    if prefill.is_empty() {
+        // R1 (nothing on either side) or R4 (an error): the payload stays.
+        assert!(
+            d.get("payload") == m.get("payload"),
+            "R1/R4: choices[{i}].payload changed with no prefill segment"
+        );
+        return;
+    }
+    assert!(
+        d.is_object(),
+        "R6: accepted choices[{i}] that is not an object"
+    );
+    let before: &[Value] = match d.get("payload") {
+        None | Some(Value::Null) => &[],
+        Some(Value::Array(items)) => items,
+        Some(other) => panic!("R6: accepted choices[{i}].payload = {other}"),
+    };
+    let after = m
+        .get("payload")
+        .and_then(Value::as_array)
+        .unwrap_or_else(|| panic!("R5: choices[{i}] has no payload array after the merge"));
+
+    let p: Vec<Seg> = prefill.iter().map(|x| seg(x)).collect();
+    let cut = p.iter().map(|s| s.end).max().expect("not empty");
+
+    // L7: the prefill's stitched segments first, as they are, in order.
+    assert!(
+        after.len() >= prefill.len() && after.iter().zip(prefill).all(|(a, b)| a == *b),
+        "L7: choices[{i}].payload does not start with the prefill's segments"
+    );
+    // L5: the other items are the decode's, unchanged and in order.
+    let others = |items: &[Value]| -> Vec<Value> {
+        items.iter().filter(|x| !is_stitched(x)).cloned().collect()
+    };
+    assert!(
+        others(after) == others(before),
+        "L5: choices[{i}]'s non-stitched items changed"
+    );
+    // L9: after the prefix, the decode's stitched segments each as R5 says.
+    let want: Vec<Value> = before
+        .iter()
+        .filter(|x| is_stitched(x))
+        .filter_map(|x| fate(x, cut))
+        .collect();
+    let got: Vec<Value> = after[prefill.len()..]
+        .iter()
+        .filter(|x| is_stitched(x))
+        .cloned()
+        .collect();
+    assert!(
+        got == want,
+        "L9: choices[{i}]'s decode segments are not dropped/clipped/kept at cut {cut}"
+    );
+
+    // L2: coverage(M) = coverage(P) ∪ (coverage(D) ∩ [cut, ∞)).
+    let dsegs: Vec<Seg> = before.iter().filter(|x| is_stitched(x)).map(seg).collect();
+    let msegs: Vec<Seg> = after.iter().filter(|x| is_stitched(x)).map(seg).collect();
+    let expected = union(
+        p.iter()
+            .map(|s| (s.pos, s.end))
+            .chain(dsegs.iter().map(|s| (s.pos.max(cut), s.end))),
+    );
+    assert!(
+        union(msegs.iter().map(|s| (s.pos, s.end))) == expected,
+        "L2: choices[{i}]'s coverage is not the prefill's plus the decode's from cut {cut}"
+    );
+    // L1: disjoint sides make a disjoint merge.
+    if disjoint(&p) && disjoint(&dsegs) {
+        assert!(
+            disjoint(&msegs),
+            "L1: choices[{i}]'s merged segments overlap"
+        );
+    }
+}
+
+/// The union of half-open intervals, as sorted, disjoint, non-touching
+/// intervals (so two equal sets give equal vectors). Empty ones vanish.
+fn union(intervals: impl Iterator<Item = (u128, u128)>) -> Vec<(u128, u128)> {
+    let mut sorted: Vec<_> = intervals.filter(|(a, b)| a < b).collect();
+    sorted.sort_unstable();
+    let mut out: Vec<(u128, u128)> = Vec::new();
+    for (a, b) in sorted {
+        match out.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
+}
+
+/// Whether no position lies in two segments. Sorted by start, the non-empty
+/// intervals are pairwise disjoint exactly when each neighbour pair is.
+fn disjoint(segs: &[Seg]) -> bool {
+    let mut sorted: Vec<_> = segs
+        .iter()
+        .filter(|s| s.pos < s.end)
+        .map(|s| (s.pos, s.end))
+        .collect();
+    sorted.sort_unstable();
+    sorted.windows(2).all(|w| w[1].0 >= w[0].1)
+}
+
+// ------------------------------------------------------------------- inline
+
+/// The inline laws on one decode choice `d` merged into `m`.
+fn check_inline(prefill: Option<&Value>, d: &Value, m: &Value, i: usize) {
+    let Some(p) = prefill else {
+        // N2: no prefill rows, so no decode rows either (or an error).
+        assert!(
+            d.get(FIELD) == m.get(FIELD),
+            "N2: choices[{i}].routed_experts changed with no prefill rows"
+        );
+        return;
+    };
+    let dr = d
+        .get(FIELD)
+        .filter(|v| !v.is_null())
+        .unwrap_or_else(|| panic!("N2: accepted choices[{i}] without rows"));
+    let mr = m
+        .get(FIELD)
+        .unwrap_or_else(|| panic!("N3: choices[{i}] lost its rows"));
+    match (p, dr) {
+        (Value::Object(p), Value::Object(dr)) => check_compact(p, dr, mr, i),
+        (Value::String(p), Value::String(dr)) => check_npy(p, dr, mr, i),
+        _ => panic!("N2: accepted rows of mixed or unknown forms in choices[{i}]"),
+    }
+}
+
+fn base64(text: &str, what: &str) -> Vec<u8> {
+    base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .unwrap_or_else(|e| panic!("N3: {what} is not canonical padded base64 ({e})"))
+}
+
+/// Compact rows, as validated by a merge that succeeded (N3).
+struct Compact<'a> {
+    bytes: Vec<u8>,
+    start: u128,
+    seq: u128,
+    row: [u64; 2],
+    dtype: &'a str,
+    itemsize: usize,
+    row_bytes: u128,
+}
+
+fn compact<'a>(rows: &'a Map<String, Value>, what: &str) -> Compact<'a> {
+    let data = rows.get("data").and_then(Value::as_str);
+    let bytes = base64(
+        data.unwrap_or_else(|| panic!("N3: {what} has no data")),
+        what,
+    );
+    let shape: Option<Vec<u64>> = rows
+        .get("shape")
+        .and_then(Value::as_array)
+        .and_then(|s| s.iter().map(Value::as_u64).collect());
+    let Some(&[seq, layers, topk]) = shape.as_deref() else {
+        panic!("N3: {what} has no shape of 3 u64s");
+    };
+    let start = rows.get("start").and_then(Value::as_u64);
+    let start = start.unwrap_or_else(|| panic!("N3: {what} has no u64 start"));
+    let dtype = match rows.get("dtype") {
+        None => "uint8",
+        Some(v) => v.as_str().unwrap_or_else(|| panic!("N3: {what}'s dtype")),
+    };
+    let itemsize = itemsize(dtype).unwrap_or_else(|| panic!("N3: {what}'s dtype {dtype}"));
+    let row_bytes = row_bytes(itemsize, &[layers, topk])
+        .unwrap_or_else(|| panic!("N3: {what}'s row size overflows"));
+    assert!(
+        u128::from(start) + u128::from(seq) <= u128::from(u64::MAX),
+        "N3: {what}'s end overflows"
+    );
+    assert!(
+        bytes.len() as u128 == u128::from(seq) * row_bytes,
+        "N3: {what}'s data is not seq rows long"
+    );
+    Compact {
+        bytes,
+        start: start.into(),
+        seq: seq.into(),
+        row: [layers, topk],
+        dtype,
+        itemsize,
+        row_bytes,
+    }
+}
+
+/// The merged dtype (N5): equal dtypes as they are, differing unsigned
+/// integers the wider.
+fn merged_dtype<'a>(p: &'a str, d: &'a str) -> &'a str {
+    const UNSIGNED: [&str; 4] = ["uint8", "uint16", "uint32", "uint64"];
+    if p == d {
+        return p;
+    }
+    let rank = |t: &str| UNSIGNED.iter().position(|u| *u == t);
+    match (rank(p), rank(d)) {
+        (Some(a), Some(b)) => UNSIGNED[a.max(b)],
+        _ => panic!("N5: accepted dtypes {p} and {d}"),
+    }
+}
+
+/// Little-endian elements of `from` bytes zero-extended to `to` bytes.
+fn widen(bytes: &[u8], from: usize, to: usize) -> Vec<u8> {
+    if from == to {
+        return bytes.to_vec();
+    }
+    let mut out = Vec::with_capacity(bytes.len() / from * to);
+    for element in bytes.chunks(from) {
+        out.extend_from_slice(element);
+        out.resize(out.len() + (to - from), 0);
+    }
+    out
+}
+
+fn check_compact(p: &Map<String, Value>, d: &Map<String, Value>, m: &Value, i: usize) {
+    let p = compact(p, "the prefill's rows");
+    let d_keys = d;
+    let d = compact(d, &format!("choices[{i}]'s rows"));
+    let m = m
+        .as_object()
+        .unwrap_or_else(|| panic!("N3: choices[{i}]'s merged rows are not compact"));
+
+    let cut = p.start + p.seq;
+    let d_end = d.start + d.seq;
+    assert!(
+        d.start <= cut && cut <= d_end,
+        "N3: accepted choices[{i}]'s rows [{}, {d_end}) that miss the cut {cut}",
+        d.start
+    );
+    assert!(
+        p.row == d.row,
+        "N3: accepted row shapes {:?} and {:?}",
+        p.row,
+        d.row
+    );
+    let dtype = merged_dtype(p.dtype, d.dtype);
+    let size = itemsize(dtype).expect("a known dtype");
+
+    let seq = p.seq + (d_end - cut);
+    let shape = [seq, p.row[0].into(), p.row[1].into()]
+        .map(|x: u128| Value::from(u64::try_from(x).expect("at most the decode's end")));
+    assert!(
+        m.get("start").and_then(Value::as_u64).map(u128::from) == Some(p.start),
+        "N3: choices[{i}]'s merged start is not the prefill's"
+    );
+    assert!(
+        m.get("shape") == Some(&Value::from(shape.to_vec())),
+        "N3: choices[{i}]'s merged shape is not [{seq}, {}, {}]",
+        p.row[0],
+        p.row[1]
+    );
+    assert!(
+        m.get("dtype") == Some(&Value::from(dtype)),
+        "N3/N5: choices[{i}]'s merged dtype is not {dtype}"
+    );
+    // I1: the prefill's rows, then the decode's from the cut, widened.
+    let skip = usize::try_from((cut - d.start) * d.row_bytes).expect("within d.bytes");
+    let mut want = widen(&p.bytes, p.itemsize, size);
+    want.extend(widen(&d.bytes[skip..], d.itemsize, size));
+    let data = m.get("data").and_then(Value::as_str);
+    let data = data.unwrap_or_else(|| panic!("N3: choices[{i}]'s merged rows have no data"));
+    assert!(
+        base64(data, "the merged rows") == want,
+        "I1: choices[{i}]'s merged rows are not the prefill's then the decode's from {cut}"
+    );
+    // N3: the decode object's other keys are kept.
+    for (key, value) in d_keys {
+        if !["data", "shape", "start", "dtype"].contains(&key.as_str()) {
+            assert!(
+                m.get(key) == Some(value),
+                "N3: choices[{i}]'s rows lost their key {key}"
+            );
+        }
+    }
+}
+
+/// Where an `.npy` file's data begins, with its major version; `None` when it
+/// is not an `.npy` file of version 1, 2 or 3.
+fn npy_data(file: &[u8]) -> Option<(u8, usize)> {
+    if !file.starts_with(b"\x93NUMPY") || file.len() < 10 {
+        return None;
+    }
+    let major = file[6];
+    let (len, at): (usize, usize) = match major {
+        1 => (usize::from(u16::from_le_bytes([file[8], file[9]])), 10),
+        2 | 3 => {
+            let len = u32::from_le_bytes(file.get(8..12)?.try_into().ok()?);
+            (usize::try_from(len).ok()?, 12)
+        }
+        _ => return None,
+    };
+    let data = at.checked_add(len)?;
+    (data <= file.len()).then_some((major, data))
+}
+
+fn check_npy(p: &str, d: &str, m: &Value, i: usize) {
+    let (p, d) = (
+        base64(p, "the prefill's npy"),
+        base64(d, "the decode's npy"),
+    );
+    let m = m
+        .as_str()
+        .unwrap_or_else(|| panic!("N4: choices[{i}]'s merged rows are not npy text"));
+    let m = base64(m, "the merged npy");
+    let file = |bytes: &[u8], what: &str| {
+        npy_data(bytes).unwrap_or_else(|| panic!("N4: {what} is not an .npy file"))
+    };
+    let (_, p_at) = file(&p, "the prefill's rows");
+    let (_, d_at) = file(&d, "the decode's rows");
+    let (major, m_at) = file(&m, "the merged rows");
+    // N4: version 1.0, the header padded to a multiple of 64 and ending in a
+    // newline, as NumPy writes it.
+    assert!(
+        major == 1 && m[7] == 0 && m_at % 64 == 0 && m[m_at - 1] == b'\n',
+        "N4: choices[{i}]'s merged npy header is not a padded version 1.0 header"
+    );
+    // N4/N5: the prefill's data, widened by some factor (itemsize `s` to
+    // `s * w`), then a tail of the decode's data.
+    let (p, d, m) = (&p[p_at..], &d[d_at..], &m[m_at..]);
+    let ok = [(1, 1), (1, 2), (1, 4), (1, 8), (2, 2), (2, 4), (4, 2)]
+        .iter()
+        .any(|&(s, w)| {
+            if p.len() % s != 0 {
+                return false;
+            }
+            let head = widen(p, s, s * w);
+            m.starts_with(&head) && d.ends_with(&m[head.len()..])
+        });
+    assert!(
+        ok,
+        "N4: choices[{i}]'s merged npy data is not the prefill's then a tail of the decode's"
+    );
+}
+
+/// The checks pass on the seeds with the real merges, and fire on merges
+/// broken on purpose: `cargo +nightly test` in fuzz/ (no libFuzzer needed).
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+
+    const TARGETS: [(&str, Merge, Kinds); 3] = [
+        (
+            "merge_routed_payload_in_json",
+            pd_stitch::merge_routed_payload_in_json,
+            Kinds::BY_HANDLE,
+        ),
+        (
+            "merge_routed_experts_in_json",
+            pd_stitch::merge_routed_experts_in_json,
+            Kinds::INLINE,
+        ),
+        (
+            "merge_routed_experts_for_pd",
+            pd_stitch::merge_routed_experts_for_pd,
+            Kinds::BOTH,
+        ),
+    ];
+
+    fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("seeds")
+            .join(target);
+        let mut seeds: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .map(|p| (p.display().to_string(), std::fs::read(p).unwrap()))
+            .collect();
+        seeds.sort();
+        seeds
+    }
+
+    #[test]
+    fn seeds_pass_and_most_merge() {
+        for (target, merge, kinds) in TARGETS {
+            let mut merged = 0;
+            for (name, data) in seeds(target) {
+                check(&data, merge, kinds);
+                let (prefill, mut decode) = split(&data).expect(&name);
+                merged += usize::from(merge(&prefill, &mut decode) == Ok(true));
+            }
+            assert!(merged >= 6, "{target}: only {merged} seeds merge");
+        }
+    }
+
+    /// Whether `check` panics on some seed of `target` with `merge`.
+    fn fires(target: &str, merge: Merge, kinds: Kinds) -> bool {
+        seeds(target)
+            .iter()
+            .any(|(_, data)| catch_unwind(AssertUnwindSafe(|| check(data, merge, kinds))).is_err())
+    }
+
+    /// The by-handle merge, then `edit` on every stitched segment after the
+    /// prefill's prefix, in every choice.
+    fn by_handle_then(
+        p: &Value,
+        d: &mut Value,
+        edit: fn(&mut Value),
+    ) -> Result<bool, pd_stitch::Error> {
+        let result = pd_stitch::merge_routed_payload_in_json(p, d);
+        let prefix = prefill_segments(p).len();
+        for choice in d["choices"].as_array_mut().into_iter().flatten() {
+            let items = choice["payload"].as_array_mut().into_iter().flatten();
+            items.skip(prefix).filter(|x| is_stitched(x)).for_each(edit);
+        }
+        result
+    }
+
+    #[test]
+    fn broken_merges_are_caught() {
+        let handle = "merge_routed_payload_in_json";
+        // An error that leaves a change behind (R8).
+        let dirty: Merge = |p, d| {
+            pd_stitch::merge_routed_payload_in_json(p, d)?;
+            let mut orphan = serde_json::json!({"choices": [{"payload": [{"field": FIELD}]}]});
+            pd_stitch::merge_routed_payload_in_json(&Value::Null, &mut orphan)
+        };
+        assert!(fires(handle, dirty, Kinds::BY_HANDLE));
+        // The prefill's segments in reverse order (L7).
+        let reversed: Merge = |p, d| {
+            let result = pd_stitch::merge_routed_payload_in_json(p, d);
+            for choice in d["choices"].as_array_mut().into_iter().flatten() {
+                if let Some(items) = choice["payload"].as_array_mut() {
+                    items.reverse();
+                }
+            }
+            result
+        };
+        assert!(fires(handle, reversed, Kinds::BY_HANDLE));
+        // A decode segment's offset moved by a byte (L9 alone).
+        let moved: Merge = |p, d| {
+            by_handle_then(p, d, |x| {
+                x["offset"] = Value::from(x["offset"].as_u64().unwrap() + 1)
+            })
+        };
+        assert!(fires(handle, moved, Kinds::BY_HANDLE));
+        // A decode segment one row longer (L2, L9).
+        let longer: Merge = |p, d| {
+            by_handle_then(p, d, |x| {
+                x["rows"] = Value::from(x["rows"].as_u64().unwrap() + 1)
+            })
+        };
+        assert!(fires(handle, longer, Kinds::BY_HANDLE));
+        // Inline rows one byte short (I1).
+        let short: Merge = |p, d| {
+            let result = pd_stitch::merge_routed_experts_in_json(p, d);
+            for choice in d["choices"].as_array_mut().into_iter().flatten() {
+                if let Some(rows) = choice.get_mut(FIELD).and_then(Value::as_object_mut) {
+                    let mut bytes = base64(rows["data"].as_str().unwrap(), "test");
+                    bytes.pop();
+                    rows["data"] = base64::engine::general_purpose::STANDARD
+                        .encode(bytes)
+                        .into();
+                }
+            }
+            result
+        };
+        assert!(fires("merge_routed_experts_in_json", short, Kinds::INLINE));
+    }
+}
