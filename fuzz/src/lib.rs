@@ -690,7 +690,13 @@ mod tests {
         // Inline rows one byte short (I1).
         let short: Merge = |p, d| {
             let result = pd_stitch::merge_routed_experts_in_json(p, d);
-            for choice in d["choices"].as_array_mut().into_iter().flatten() {
+            let merged = result == Ok(true);
+            for choice in d["choices"]
+                .as_array_mut()
+                .into_iter()
+                .flatten()
+                .filter(|_| merged)
+            {
                 if let Some(rows) = choice.get_mut(FIELD).and_then(Value::as_object_mut) {
                     let mut bytes = base64(rows["data"].as_str().unwrap(), "test");
                     bytes.pop();
@@ -702,5 +708,54 @@ mod tests {
             result
         };
         assert!(fires("merge_routed_experts_in_json", short, Kinds::INLINE));
+    }
+
+    /// L2 and L1 are checked with these two; L9 being exact makes them
+    /// redundant on a right merge, so they get their own small test.
+    #[test]
+    fn union_and_disjoint() {
+        let iv = [(3, 5), (0, 2), (2, 3), (7, 7), (9, 10)];
+        assert_eq!(union(iv.into_iter()), [(0, 5), (9, 10)]);
+        let segs = |iv: &[(u128, u128)]| -> Vec<Seg> {
+            iv.iter()
+                .map(|&(pos, end)| Seg {
+                    pos,
+                    end,
+                    offset: 0,
+                    row_bytes: 0,
+                })
+                .collect()
+        };
+        assert!(disjoint(&segs(&[(2, 4), (0, 2), (1, 1)])));
+        assert!(!disjoint(&segs(&[(0, 3), (5, 6), (2, 4)])));
+        assert!(!disjoint(&segs(&[(0, 9), (3, 4), (5, 6)])));
+    }
+
+    /// How deep a corpus reaches: `cargo +nightly test -- --ignored
+    /// --nocapture` in fuzz/ prints, per target, how many inputs of
+    /// fuzz/corpus/<target> are skipped (not two JSON texts), fail, are no-ops,
+    /// or merge.
+    #[test]
+    #[ignore = "reads the local working corpus"]
+    fn corpus_outcomes() {
+        for (target, merge, _) in TARGETS {
+            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("corpus")
+                .join(target);
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            let [mut skipped, mut err, mut noop, mut merged] = [0; 4];
+            for entry in entries {
+                let data = std::fs::read(entry.unwrap().path()).unwrap();
+                match split(&data).map(|(p, mut d)| merge(&p, &mut d)) {
+                    None => skipped += 1,
+                    Some(Err(_)) => err += 1,
+                    Some(Ok(false)) => noop += 1,
+                    Some(Ok(true)) => merged += 1,
+                }
+            }
+            println!("{target}: {skipped} skipped, {err} Err, {noop} Ok(false), {merged} Ok(true)");
+        }
     }
 }
