@@ -1,0 +1,420 @@
+//! A mock vLLM backend: one prefill or decode instance of a P/D deployment,
+//! answering `POST /inference/v1/generate` with what the crate's simulator
+//! ([`pd_stitch::sim`]) says that instance would answer.
+//!
+//! It is what `examples/pd_router.rs` is tried against by hand and by
+//! `tests/router_http.rs`. Which simulated request a body stands for is named
+//! by its `request_id` (`"req-17"` or `17`): the router forwards the same body
+//! to both instances, so the prefill and decode mocks answer for the same
+//! request, and a test can compare the stitched answer with
+//! `Request::draw(seed, 17).truth(choice)`.
+//!
+//! A prefill mock refuses (400) a body that does not ask for exactly one token
+//! (`sampling_params.max_tokens == 1`, `min_tokens` absent or at most 1,
+//! `stream` not true): that is how the tests see that the router rewrote the
+//! prefill's request. A mock can be told to misbehave with `--fault`:
+//! `no-routing` (answer without routed experts), `status-500`, `truncated`
+//! (announce the whole body, send half of it, close), `slow=MS` (wait before
+//! answering).
+//!
+//! ```text
+//! cargo run --example mock_vllm -- --role prefill --listen 127.0.0.1:8001 --dir /tmp/pd
+//! cargo run --example mock_vllm -- --role decode  --listen 127.0.0.1:8002 --dir /tmp/pd
+//! ```
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use clap::Parser;
+use pd_stitch::gather::Store;
+use pd_stitch::sim::{Mode, Request, Responses};
+use pd_stitch::ROUTED_EXPERTS;
+use serde_json::{json, Value};
+
+/// Which instance of the pair a mock plays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Answers with the prompt's rows (and the first token).
+    Prefill,
+    /// Answers with the completion's rows.
+    Decode,
+}
+
+impl FromStr for Role {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Role, String> {
+        match s {
+            "prefill" => Ok(Role::Prefill),
+            "decode" => Ok(Role::Decode),
+            _ => Err(format!("unknown role {s:?}: expected prefill or decode")),
+        }
+    }
+}
+
+/// How a mock misbehaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// It does not.
+    None,
+    /// Answers without `routed_experts`: as an instance that was not asked to
+    /// return them (on the prefill alone: decode rows with nothing to stitch
+    /// them to).
+    NoRouting,
+    /// Answers 500 with a JSON error.
+    Status500,
+    /// Announces the whole body in `Content-Length`, sends half, and closes.
+    Truncated,
+    /// Waits this long, then answers normally.
+    Slow(Duration),
+}
+
+impl FromStr for Fault {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Fault, String> {
+        match s {
+            "none" => Ok(Fault::None),
+            "no-routing" => Ok(Fault::NoRouting),
+            "status-500" => Ok(Fault::Status500),
+            "truncated" => Ok(Fault::Truncated),
+            _ => match s.strip_prefix("slow=").map(str::parse::<u64>) {
+                Some(Ok(ms)) => Ok(Fault::Slow(Duration::from_millis(ms))),
+                _ => Err(format!(
+                    "unknown fault {s:?}: expected none, no-routing, status-500, truncated or slow=MS"
+                )),
+            },
+        }
+    }
+}
+
+/// Which form the rows travel in: one of the simulator's, or each request's
+/// `index % 3`-th (`mixed`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Forms {
+    /// Always this form.
+    One(Mode),
+    /// By handle, compact and npy in turn by request index.
+    Mixed,
+}
+
+impl Forms {
+    /// The form request `index` is answered in.
+    pub fn of(self, index: usize) -> Mode {
+        match self {
+            Forms::One(mode) => mode,
+            Forms::Mixed => Mode::ALL[index % Mode::ALL.len()],
+        }
+    }
+}
+
+impl FromStr for Forms {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Forms, String> {
+        match s {
+            "by-handle" => Ok(Forms::One(Mode::ByHandle)),
+            "compact" => Ok(Forms::One(Mode::Compact)),
+            "npy" => Ok(Forms::One(Mode::Npy)),
+            "mixed" => Ok(Forms::Mixed),
+            _ => Err(format!(
+                "unknown form {s:?}: expected by-handle, compact, npy or mixed"
+            )),
+        }
+    }
+}
+
+/// The simulated deployment behind one or more mock instances: the seed,
+/// the form, the directory the by-handle files are written to, and a small
+/// cache of answers (a prefill and a decode mock sharing one `Deployment`
+/// draw each request once).
+pub struct Deployment {
+    seed: u64,
+    forms: Forms,
+    dir: PathBuf,
+    cache: Mutex<Cache>,
+}
+
+/// The most recent requests' answers, oldest first out.
+#[derive(Default)]
+struct Cache {
+    answers: HashMap<usize, Arc<Responses>>,
+    order: VecDeque<usize>,
+}
+
+/// How many requests' answers the cache keeps: enough for the requests in
+/// flight and a load run's working set, bounded so a long run stays small.
+const CACHE: usize = 512;
+
+impl Deployment {
+    /// A deployment drawing requests from `seed`, answering in `forms`, with
+    /// its files under `dir`.
+    pub fn new(seed: u64, forms: Forms, dir: PathBuf) -> Deployment {
+        Deployment {
+            seed,
+            forms,
+            dir,
+            cache: Mutex::new(Cache::default()),
+        }
+    }
+
+    /// The simulator's answers for request `index` in its form, writing its
+    /// files the first time.
+    pub fn answers(&self, index: usize) -> std::io::Result<Arc<Responses>> {
+        let lock = |c: &Mutex<Cache>| {
+            // A poisoned cache only holds complete entries: keep using it.
+            c.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .answers
+                .get(&index)
+                .cloned()
+        };
+        if let Some(hit) = lock(&self.cache) {
+            return Ok(hit);
+        }
+        let mode = self.forms.of(index);
+        let request = Request::draw(self.seed, index);
+        let forms = request.write(&mut Store::Dir(self.dir.clone()))?;
+        let responses = forms
+            .into_iter()
+            .find(|(m, _)| *m == mode)
+            .map(|(_, r)| Arc::new(r))
+            .ok_or_else(|| std::io::Error::other("the simulator wrote no such form"))?;
+        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        if cache.answers.insert(index, responses.clone()).is_none() {
+            cache.order.push_back(index);
+        }
+        while cache.order.len() > CACHE {
+            if let Some(old) = cache.order.pop_front() {
+                cache.answers.remove(&old);
+            }
+        }
+        Ok(responses)
+    }
+}
+
+/// One mock instance.
+pub struct Mock {
+    /// What it simulates.
+    pub deployment: Arc<Deployment>,
+    /// Prefill or decode.
+    pub role: Role,
+    /// How it misbehaves.
+    pub fault: Fault,
+    /// Every body it was sent, in order (the tests look at them).
+    pub seen: Mutex<Vec<Value>>,
+}
+
+impl Mock {
+    /// A well-behaved instance.
+    pub fn new(deployment: Arc<Deployment>, role: Role) -> Mock {
+        Mock {
+            deployment,
+            role,
+            fault: Fault::None,
+            seen: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The same instance, misbehaving.
+    pub fn with_fault(self, fault: Fault) -> Mock {
+        Mock { fault, ..self }
+    }
+}
+
+/// The mock's HTTP routes.
+pub fn app(mock: Arc<Mock>) -> axum::Router {
+    axum::Router::new()
+        .route("/inference/v1/generate", post(generate))
+        .with_state(mock)
+}
+
+/// Serves `app` on `listener` until the process ends.
+pub async fn serve(listener: tokio::net::TcpListener, app: axum::Router) -> std::io::Result<()> {
+    axum::serve(listener, app).await
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    let body = json!({"error": {"message": message.into(), "code": status.as_u16()}});
+    (status, axum::Json(body)).into_response()
+}
+
+/// The simulated request a body names: `request_id` as `"req-17"`, `"17"` or `17`.
+fn request_index(body: &Value) -> Option<usize> {
+    match body.get("request_id")? {
+        Value::Number(n) => n.as_u64().and_then(|n| usize::try_from(n).ok()),
+        Value::String(s) => {
+            let digits = s.trim_start_matches(|c: char| !c.is_ascii_digit());
+            digits.parse().ok()
+        }
+        _ => None,
+    }
+}
+
+/// Why a prefill mock refuses `body`, if it does: a prefill is asked for one
+/// token, not streamed.
+fn not_a_prefill_request(body: &Value) -> Option<String> {
+    let params = body.get("sampling_params");
+    let max = params.and_then(|p| p.get("max_tokens"));
+    if max != Some(&json!(1)) {
+        return Some(format!(
+            "a prefill is asked for max_tokens = 1, got {max:?}"
+        ));
+    }
+    if let Some(min) = params.and_then(|p| p.get("min_tokens")) {
+        if min.as_u64().is_none_or(|m| m > 1) {
+            return Some(format!("a prefill is asked for min_tokens <= 1, got {min}"));
+        }
+    }
+    if body.get("stream") == Some(&Value::Bool(true)) {
+        return Some("a prefill is not streamed".into());
+    }
+    None
+}
+
+/// Removes the routed experts from every choice of `response`, inline or by
+/// handle; other payload segments stay.
+pub fn without_routing(mut response: Value) -> Value {
+    let choices = response.get_mut("choices").and_then(Value::as_array_mut);
+    for choice in choices.into_iter().flatten() {
+        let Some(choice) = choice.as_object_mut() else {
+            continue;
+        };
+        choice.remove(ROUTED_EXPERTS);
+        if let Some(payload) = choice.get_mut("payload").and_then(Value::as_array_mut) {
+            payload.retain(|s| s.get("field").and_then(Value::as_str) != Some(ROUTED_EXPERTS));
+        }
+    }
+    response
+}
+
+async fn generate(State(mock): State<Arc<Mock>>, body: Bytes) -> Response {
+    let body: Value = match serde_json::from_slice(&body) {
+        Ok(body) => body,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("the body is not JSON: {e}"),
+            )
+        }
+    };
+    mock.seen
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(body.clone());
+    match mock.fault {
+        Fault::Status500 => {
+            return error(StatusCode::INTERNAL_SERVER_ERROR, "mock: internal error");
+        }
+        Fault::Slow(delay) => tokio::time::sleep(delay).await,
+        Fault::None | Fault::NoRouting | Fault::Truncated => {}
+    }
+    let Some(index) = request_index(&body) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "the mock needs a request_id naming the simulated request, e.g. \"req-17\"",
+        );
+    };
+    if mock.role == Role::Prefill {
+        if let Some(why) = not_a_prefill_request(&body) {
+            return error(StatusCode::BAD_REQUEST, why);
+        }
+    }
+    // Writing the files is blocking I/O: off the async workers.
+    let deployment = mock.deployment.clone();
+    let answers = match tokio::task::spawn_blocking(move || deployment.answers(index)).await {
+        Ok(Ok(answers)) => answers,
+        Ok(Err(e)) => return error(StatusCode::INTERNAL_SERVER_ERROR, format!("mock: {e}")),
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, format!("mock: {e}")),
+    };
+    let mut response = match mock.role {
+        Role::Prefill => answers.prefill.clone(),
+        Role::Decode => answers.decode.clone(),
+    };
+    if mock.fault == Fault::NoRouting {
+        response = without_routing(response);
+    }
+    if body.get("stream") == Some(&Value::Bool(true)) {
+        // One event with the whole answer, then the end: enough for a router
+        // that passes streams through.
+        let events = format!("data: {response}\n\ndata: [DONE]\n\n");
+        return ([(header::CONTENT_TYPE, "text/event-stream")], events).into_response();
+    }
+    let bytes = match serde_json::to_vec(&response) {
+        Ok(bytes) => bytes,
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, format!("mock: {e}")),
+    };
+    if mock.fault == Fault::Truncated {
+        // The headers and half the body go out; then the body fails, as when
+        // a backend dies mid-answer, and the connection is closed.
+        let full = bytes.len();
+        let half = Bytes::from(bytes).slice(..full / 2);
+        // States: the half to send, then the failure, then the end.
+        let chunks = futures_util::stream::unfold(Some(Some(half)), |state| async move {
+            match state? {
+                Some(half) => Some((Ok(half), Some(None))),
+                None => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    let died = std::io::Error::other("mock: died mid-answer");
+                    Some((Err(died), None))
+                }
+            }
+        });
+        return Response::builder()
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::CONTENT_LENGTH, full)
+            .body(Body::from_stream(chunks))
+            .unwrap_or_else(|e| error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()));
+    }
+    ([(header::CONTENT_TYPE, "application/json")], bytes).into_response()
+}
+
+/// A mock vLLM backend answering with simulated P/D responses.
+#[derive(Parser, Debug)]
+#[command(name = "mock_vllm")]
+struct Args {
+    /// prefill or decode.
+    #[arg(long)]
+    role: Role,
+    /// Where to listen (port 0: any free port, printed at start).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// by-handle, compact, npy, or mixed (each in turn by request index).
+    #[arg(long, default_value = "mixed")]
+    mode: Forms,
+    /// The simulation's seed; a prefill and a decode mock must share it.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Where by-handle files are written; a prefill and a decode mock must share it.
+    #[arg(long)]
+    dir: PathBuf,
+    /// none, no-routing, status-500, truncated or slow=MS.
+    #[arg(long, default_value = "none")]
+    fault: Fault,
+}
+
+#[tokio::main]
+async fn main() -> std::io::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let deployment = Arc::new(Deployment::new(args.seed, args.mode, args.dir));
+    let mock = Mock::new(deployment, args.role).with_fault(args.fault);
+    let listener = tokio::net::TcpListener::bind(args.listen).await?;
+    println!(
+        "mock {:?} listening on http://{}",
+        args.role,
+        listener.local_addr()?
+    );
+    serve(listener, app(Arc::new(mock))).await
+}

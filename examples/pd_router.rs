@@ -1,0 +1,372 @@
+//! A P/D router that stitches routed experts: the request path a router crate
+//! would build with `pd-stitch`, on `axum`, `tokio` and `reqwest`.
+//!
+//! `POST /inference/v1/generate`:
+//!
+//! 1. the request goes to the **prefill** backend asking for one token
+//!    (`sampling_params.max_tokens = 1`, `min_tokens` lowered to at most 1,
+//!    `stream: false`): it computes the prompt, and its routed experts;
+//! 2. the original request goes to the **decode** backend (with the prefill's
+//!    `kv_transfer_params`, when it returned any, as vLLM's P/D connectors
+//!    expect), which computes the completion;
+//! 3. [`pd_stitch::merge_routed_experts_for_pd`] stitches the prefill's rows
+//!    into the decode's response, which is returned.
+//!
+//! A streamed request cannot be stitched: when the prefill returned routed
+//! experts (`prefill_has_routed_experts`), it is refused with 400; otherwise
+//! the decode's stream is passed through. A merge error is a 502 naming the
+//! error; an unreachable or failing backend a 502, a backend slower than
+//! `--timeout` a 504. Errors are JSON: `{"error": {"message", "type", "code"}}`.
+//!
+//! ```text
+//! cargo run --example pd_router -- --prefill http://127.0.0.1:8001 --decode http://127.0.0.1:8002
+//! ```
+//!
+//! `tests/router_http.rs` runs it against mock backends (`examples/mock_vllm.rs`).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use clap::Parser;
+use pd_stitch::{merge_routed_experts_for_pd, prefill_has_routed_experts};
+use serde_json::{json, Value};
+
+/// Where the backends are and how the router treats them.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The prefill backend's base URL, e.g. `http://127.0.0.1:8001`.
+    pub prefill: String,
+    /// The decode backend's base URL.
+    pub decode: String,
+    /// How long a backend may take to answer, body included.
+    pub timeout: Duration,
+    /// Whether to stitch; off, the router is the same but skips the merge
+    /// (to measure what stitching costs on the request path).
+    pub stitch: bool,
+}
+
+/// The router's state: its configuration and one pooled HTTP client.
+struct Router {
+    config: Config,
+    client: reqwest::Client,
+}
+
+/// The router's HTTP routes.
+///
+/// # Errors
+///
+/// When the HTTP client cannot be built.
+pub fn app(config: Config) -> Result<axum::Router, reqwest::Error> {
+    let client = reqwest::Client::builder()
+        .connect_timeout(config.timeout)
+        .timeout(config.timeout)
+        .build()?;
+    Ok(axum::Router::new()
+        .route("/inference/v1/generate", post(generate))
+        .with_state(Arc::new(Router { config, client })))
+}
+
+/// Serves `app` on `listener` until the process ends.
+pub async fn serve(listener: tokio::net::TcpListener, app: axum::Router) -> std::io::Result<()> {
+    axum::serve(listener, app).await
+}
+
+/// A request that failed: its status, a short kind, and a message that says
+/// what happened.
+#[derive(Debug)]
+struct Failure {
+    status: StatusCode,
+    kind: &'static str,
+    message: String,
+}
+
+impl Failure {
+    fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Failure {
+        Failure {
+            status,
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for Failure {
+    fn into_response(self) -> Response {
+        let body = json!({"error": {
+            "message": self.message, "type": self.kind, "code": self.status.as_u16()}});
+        (self.status, axum::Json(body)).into_response()
+    }
+}
+
+/// Which backend a call went to, for messages.
+#[derive(Clone, Copy, Debug)]
+enum Backend {
+    Prefill,
+    Decode,
+}
+
+impl Backend {
+    fn name(self) -> &'static str {
+        match self {
+            Backend::Prefill => "prefill",
+            Backend::Decode => "decode",
+        }
+    }
+}
+
+async fn generate(State(router): State<Arc<Router>>, body: Bytes) -> Response {
+    let started = Instant::now();
+    match router.generate(&body).await {
+        Ok(response) => {
+            tracing::debug!(elapsed = ?started.elapsed(), "stitched");
+            response
+        }
+        Err(failure) => {
+            tracing::warn!(
+                status = failure.status.as_u16(),
+                kind = failure.kind,
+                "{}",
+                failure.message
+            );
+            failure.into_response()
+        }
+    }
+}
+
+impl Router {
+    async fn generate(&self, body: &[u8]) -> Result<Response, Failure> {
+        let request: Value = serde_json::from_slice(body).map_err(|e| {
+            Failure::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                format!("the request body is not JSON: {e}"),
+            )
+        })?;
+        let prefill_request = prefill_request(&request)?;
+        let stream = request.get("stream") == Some(&Value::Bool(true));
+
+        let prefill = self.json(Backend::Prefill, &prefill_request).await?;
+        if stream {
+            if prefill_has_routed_experts(&prefill) {
+                return Err(Failure::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request",
+                    "a streamed request cannot carry routed experts under P/D: the prefill's rows \
+                     are stitched into one complete response; send it with \"stream\": false",
+                ));
+            }
+            // Nothing to stitch: the decode's stream goes through as it comes.
+            let response = self
+                .send(Backend::Decode, &decode_request(request, &prefill))
+                .await?;
+            let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
+            let mut passed = Response::new(Body::from_stream(response.bytes_stream()));
+            if let Some(content_type) = content_type {
+                passed
+                    .headers_mut()
+                    .insert(header::CONTENT_TYPE, content_type);
+            }
+            return Ok(passed);
+        }
+
+        let mut decode = self
+            .json(Backend::Decode, &decode_request(request, &prefill))
+            .await?;
+        if self.config.stitch {
+            merge_routed_experts_for_pd(&prefill, &mut decode).map_err(|e| {
+                Failure::new(
+                    StatusCode::BAD_GATEWAY,
+                    "stitch_error",
+                    format!("cannot stitch the prefill's and the decode's responses: {e}"),
+                )
+            })?;
+        }
+        Ok(axum::Json(decode).into_response())
+    }
+
+    /// Sends `body` to `backend`; a response with a success status, or why not.
+    async fn send(&self, backend: Backend, body: &Value) -> Result<reqwest::Response, Failure> {
+        let base = match backend {
+            Backend::Prefill => &self.config.prefill,
+            Backend::Decode => &self.config.decode,
+        };
+        let bytes = serde_json::to_vec(body).map_err(|e| {
+            Failure::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+        })?;
+        let response = self
+            .client
+            .post(format!(
+                "{}/inference/v1/generate",
+                base.trim_end_matches('/')
+            ))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(bytes)
+            .send()
+            .await
+            .map_err(|e| self.transport(backend, &e))?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(response);
+        }
+        let text = response.text().await.unwrap_or_default();
+        let message = format!(
+            "the {} backend answered {status}: {}",
+            backend.name(),
+            snippet(&text)
+        );
+        // A request the backend refuses is the client's to fix: pass the
+        // status on. Anything else is the backend's failure.
+        Err(if status.is_client_error() {
+            Failure::new(status, "invalid_request", message)
+        } else {
+            Failure::new(StatusCode::BAD_GATEWAY, "backend_error", message)
+        })
+    }
+
+    /// Sends `body` to `backend` and reads its answer as JSON.
+    async fn json(&self, backend: Backend, body: &Value) -> Result<Value, Failure> {
+        let response = self.send(backend, body).await?;
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| self.transport(backend, &e))?;
+        serde_json::from_slice(&bytes).map_err(|e| {
+            Failure::new(
+                StatusCode::BAD_GATEWAY,
+                "backend_error",
+                format!("the {} backend's response is not JSON: {e}", backend.name()),
+            )
+        })
+    }
+
+    /// A transport failure: a timeout is a 504, anything else a 502.
+    fn transport(&self, backend: Backend, e: &reqwest::Error) -> Failure {
+        if e.is_timeout() {
+            Failure::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                "backend_timeout",
+                format!(
+                    "the {} backend did not answer within {:?}",
+                    backend.name(),
+                    self.config.timeout
+                ),
+            )
+        } else {
+            // reqwest's own message is terse; its sources say what happened.
+            let mut message = format!("the {} backend failed: {e}", backend.name());
+            let mut source = std::error::Error::source(e);
+            while let Some(cause) = source {
+                message.push_str(&format!(": {cause}"));
+                source = cause.source();
+            }
+            Failure::new(StatusCode::BAD_GATEWAY, "backend_error", message)
+        }
+    }
+}
+
+/// At most 300 bytes of `text`, cut on a character boundary.
+fn snippet(text: &str) -> &str {
+    let mut end = text.len().min(300);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// The prefill's request: the client's, asking for exactly one token and no
+/// stream.
+fn prefill_request(request: &Value) -> Result<Value, Failure> {
+    let mut prefill = request.clone();
+    let Some(object) = prefill.as_object_mut() else {
+        return Err(Failure::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "the request body must be a JSON object",
+        ));
+    };
+    object.insert("stream".into(), Value::Bool(false));
+    let params = object
+        .entry("sampling_params")
+        .or_insert_with(|| json!({}))
+        .as_object_mut()
+        .ok_or_else(|| {
+            Failure::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                "sampling_params must be a JSON object",
+            )
+        })?;
+    params.insert("max_tokens".into(), json!(1));
+    if let Some(min) = params.get_mut("min_tokens") {
+        if min.as_u64().is_none_or(|m| m > 1) {
+            *min = json!(1);
+        }
+    }
+    Ok(prefill)
+}
+
+/// The decode's request: the client's, with the prefill's
+/// `kv_transfer_params` when it returned any.
+fn decode_request(mut request: Value, prefill: &Value) -> Value {
+    if let (Some(params), Some(object)) =
+        (prefill.get("kv_transfer_params"), request.as_object_mut())
+    {
+        object.insert("kv_transfer_params".into(), params.clone());
+    }
+    request
+}
+
+/// A P/D router stitching routed experts.
+#[derive(Parser, Debug)]
+#[command(name = "pd_router")]
+struct Args {
+    /// The prefill backend's base URL.
+    #[arg(long)]
+    prefill: String,
+    /// The decode backend's base URL.
+    #[arg(long)]
+    decode: String,
+    /// Where to listen.
+    #[arg(long, default_value = "127.0.0.1:8000")]
+    listen: SocketAddr,
+    /// Seconds a backend may take to answer.
+    #[arg(long, default_value_t = 60.0)]
+    timeout: f64,
+    /// Skip the merge (to compare its cost).
+    #[arg(long)]
+    no_stitch: bool,
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let args = Args::parse();
+    let timeout = Duration::try_from_secs_f64(args.timeout)?;
+    let config = Config {
+        prefill: args.prefill,
+        decode: args.decode,
+        timeout,
+        stitch: !args.no_stitch,
+    };
+    let listener = tokio::net::TcpListener::bind(args.listen).await?;
+    tracing::info!(
+        "P/D router on http://{} (prefill {}, decode {}, stitching {})",
+        listener.local_addr()?,
+        config.prefill,
+        config.decode,
+        if config.stitch { "on" } else { "off" }
+    );
+    serve(listener, app(config)?).await?;
+    Ok(())
+}

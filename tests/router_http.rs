@@ -1,0 +1,485 @@
+//! The P/D router example over real HTTP: mock prefill and decode backends
+//! (`examples/mock_vllm.rs`) and the router (`examples/pd_router.rs`) run on
+//! ephemeral loopback ports inside the test, and requests go through real
+//! sockets. Stitched answers are gathered and compared bitwise with the
+//! simulator's colocated truth; broken backends must give 502/504, never a
+//! panic or a hang (every client call has a timeout).
+#![cfg(feature = "cli")]
+
+#[allow(dead_code)] // the example's `main` and what only it uses
+#[path = "../examples/mock_vllm.rs"]
+mod mock_vllm;
+#[allow(dead_code)]
+#[path = "../examples/pd_router.rs"]
+mod pd_router;
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mock_vllm::{Deployment, Fault, Forms, Mock, Role};
+use pd_stitch::gather::gather;
+use pd_stitch::sim::{Mode, Request};
+use pd_stitch::{merge_routed_experts_for_pd, ROUTED_EXPERTS};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+const SEED: u64 = 7;
+
+/// A router in front of a prefill and a decode mock, all on loopback.
+struct Setup {
+    url: String,
+    prefill: Arc<Mock>,
+    decode: Arc<Mock>,
+    deployment: Arc<Deployment>,
+    dir: PathBuf,
+}
+
+/// How to start one.
+struct Options {
+    forms: Forms,
+    prefill_fault: Fault,
+    decode_fault: Fault,
+    timeout: Duration,
+    stitch: bool,
+    /// Point the router's prefill at a port nobody listens on.
+    prefill_unreachable: bool,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            forms: Forms::Mixed,
+            prefill_fault: Fault::None,
+            decode_fault: Fault::None,
+            timeout: Duration::from_secs(10),
+            stitch: true,
+            prefill_unreachable: false,
+        }
+    }
+}
+
+async fn listen() -> (tokio::net::TcpListener, SocketAddr) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let addr = listener.local_addr().expect("local address");
+    (listener, addr)
+}
+
+impl Setup {
+    async fn start(name: &str, options: Options) -> Setup {
+        let dir =
+            std::env::temp_dir().join(format!("pd-stitch-http-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let deployment = Arc::new(Deployment::new(SEED, options.forms, dir.clone()));
+        let prefill = Arc::new(
+            Mock::new(deployment.clone(), Role::Prefill).with_fault(options.prefill_fault),
+        );
+        let decode =
+            Arc::new(Mock::new(deployment.clone(), Role::Decode).with_fault(options.decode_fault));
+        let mut addrs = Vec::new();
+        for mock in [&prefill, &decode] {
+            let (listener, addr) = listen().await;
+            addrs.push(addr);
+            tokio::spawn(mock_vllm::serve(listener, mock_vllm::app(mock.clone())));
+        }
+        let (prefill_addr, decode_addr) = (addrs[0], addrs[1]);
+        let prefill_url = if options.prefill_unreachable {
+            // Bound and dropped: nothing listens there now.
+            let (listener, addr) = listen().await;
+            drop(listener);
+            format!("http://{addr}")
+        } else {
+            format!("http://{prefill_addr}")
+        };
+        let config = pd_router::Config {
+            prefill: prefill_url,
+            decode: format!("http://{decode_addr}"),
+            timeout: options.timeout,
+            stitch: options.stitch,
+        };
+        let (listener, addr) = listen().await;
+        tokio::spawn(pd_router::serve(
+            listener,
+            pd_router::app(config).expect("client"),
+        ));
+        Setup {
+            url: format!("http://{addr}/inference/v1/generate"),
+            prefill,
+            decode,
+            deployment,
+            dir,
+        }
+    }
+
+    /// POSTs `body` (bytes as they are) and returns the status, the content
+    /// type and the body.
+    async fn post_raw(&self, body: Vec<u8>) -> (StatusCode, String, Vec<u8>) {
+        let response = client()
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("the router answers");
+        let status = response.status();
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let bytes = response
+            .bytes()
+            .await
+            .expect("the router's body arrives whole");
+        (status, content_type, bytes.to_vec())
+    }
+
+    async fn post(&self, body: &Value) -> (StatusCode, Value) {
+        let (status, _, bytes) = self.post_raw(serde_json::to_vec(body).expect("json")).await;
+        let value = serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+            panic!(
+                "the router's body is not JSON ({e}): {}",
+                String::from_utf8_lossy(&bytes)
+            )
+        });
+        (status, value)
+    }
+
+    /// Whether `response` holds, choice by choice, exactly the colocated
+    /// truth of request `index`: `Err` says where it does not.
+    fn check_truth(&self, index: usize, response: &Value) -> Result<(), String> {
+        let request = Request::draw(SEED, index);
+        let choices = response["choices"].as_array().map_or(0, Vec::len);
+        if choices != request.choices {
+            return Err(format!(
+                "request {index}: {choices} choices, expected {}",
+                request.choices
+            ));
+        }
+        for c in 0..request.choices {
+            let rows = gather(response, c, ROUTED_EXPERTS, &self.dir)
+                .map_err(|e| format!("request {index} choice {c}: {e}"))?;
+            if rows.data() != request.truth(c).as_slice() {
+                return Err(format!(
+                    "request {index} choice {c}: rows differ from the colocated truth"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Every client call is bounded: a hang fails the test instead of stalling CI.
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .expect("client")
+}
+
+fn body(index: usize) -> Value {
+    json!({
+        "request_id": format!("req-{index}"),
+        "token_ids": [1, 2, 3],
+        "sampling_params": {"max_tokens": 64, "min_tokens": 4, "temperature": 1.0},
+    })
+}
+
+fn message(response: &Value) -> &str {
+    response["error"]["message"].as_str().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stitched_answers_equal_the_colocated_truth_in_every_form() {
+    for mode in Mode::ALL {
+        let setup = Setup::start(
+            mode.name().replace(' ', "-").as_str(),
+            Options {
+                forms: Forms::One(mode),
+                ..Options::default()
+            },
+        )
+        .await;
+        for index in 0..8 {
+            let (status, response) = setup.post(&body(index)).await;
+            assert_eq!(status, StatusCode::OK, "{}: {response}", mode.name());
+            setup
+                .check_truth(index, &response)
+                .unwrap_or_else(|e| panic!("{}: {e}", mode.name()));
+        }
+        // The prefill was asked for one token, not streamed; the decode got
+        // the client's request as it was.
+        let prefill_seen = setup.prefill.seen.lock().expect("lock").clone();
+        let decode_seen = setup.decode.seen.lock().expect("lock").clone();
+        assert_eq!((prefill_seen.len(), decode_seen.len()), (8, 8));
+        for (index, (p, d)) in prefill_seen.iter().zip(&decode_seen).enumerate() {
+            let expected = body(index);
+            assert_eq!(p["sampling_params"]["max_tokens"], 1);
+            assert_eq!(p["sampling_params"]["min_tokens"], 1);
+            assert_eq!(p["sampling_params"]["temperature"], 1.0);
+            assert_eq!(p["stream"], false);
+            assert_eq!(d, &expected);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_stitching_the_answers_are_not_the_truth() {
+    // The check above can fail: the decode's own answer lacks the prompt's
+    // rows (and holds a wrong row for the last prompt position).
+    let setup = Setup::start(
+        "unstitched",
+        Options {
+            stitch: false,
+            ..Options::default()
+        },
+    )
+    .await;
+    for index in 0..6 {
+        let (status, response) = setup.post(&body(index)).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(
+            setup.check_truth(index, &response).is_err(),
+            "request {index} unstitched is the truth"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_request_with_routed_experts_is_refused() {
+    let setup = Setup::start("stream-refused", Options::default()).await;
+    let mut request = body(3);
+    request["stream"] = json!(true);
+    let (status, response) = setup.post(&request).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(response["error"]["type"], "invalid_request");
+    assert!(
+        message(&response).contains("\"stream\": false"),
+        "{response}"
+    );
+    assert!(
+        setup.decode.seen.lock().expect("lock").is_empty(),
+        "the decode was asked anyway"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_request_without_routed_experts_passes_through() {
+    let setup = Setup::start(
+        "stream-through",
+        Options {
+            prefill_fault: Fault::NoRouting,
+            decode_fault: Fault::NoRouting,
+            ..Options::default()
+        },
+    )
+    .await;
+    let mut request = body(4);
+    request["stream"] = json!(true);
+    let (status, content_type, bytes) = setup
+        .post_raw(serde_json::to_vec(&request).expect("json"))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(content_type, "text/event-stream");
+    let answers = setup.deployment.answers(4).expect("answers");
+    let expected = format!(
+        "data: {}\n\ndata: [DONE]\n\n",
+        mock_vllm::without_routing(answers.decode.clone())
+    );
+    assert_eq!(String::from_utf8_lossy(&bytes), expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decode_rows_without_prefill_rows_are_a_502_naming_the_error() {
+    for mode in Mode::ALL {
+        let setup = Setup::start(
+            &format!("no-prefill-rows-{}", mode.name().replace(' ', "-")),
+            Options {
+                forms: Forms::One(mode),
+                prefill_fault: Fault::NoRouting,
+                ..Options::default()
+            },
+        )
+        .await;
+        let (status, response) = setup.post(&body(5)).await;
+        assert_eq!(status, StatusCode::BAD_GATEWAY, "{}", mode.name());
+        assert_eq!(response["error"]["type"], "stitch_error");
+        // The error the library gives for the same two responses, named in full.
+        let answers = setup.deployment.answers(5).expect("answers");
+        let prefill = mock_vllm::without_routing(answers.prefill.clone());
+        let mut decode = answers.decode.clone();
+        let error =
+            merge_routed_experts_for_pd(&prefill, &mut decode).expect_err("nothing to stitch to");
+        assert!(
+            message(&response).ends_with(&error.to_string()),
+            "{}: {response}",
+            mode.name()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_backends_are_502_or_504_never_a_hang() {
+    let slow = Fault::Slow(Duration::from_secs(5));
+    let cases: [(&str, Options, StatusCode, &str); 7] = [
+        (
+            "prefill-500",
+            Options {
+                prefill_fault: Fault::Status500,
+                ..Options::default()
+            },
+            StatusCode::BAD_GATEWAY,
+            "the prefill backend answered 500 Internal Server Error: ",
+        ),
+        (
+            "decode-500",
+            Options {
+                decode_fault: Fault::Status500,
+                ..Options::default()
+            },
+            StatusCode::BAD_GATEWAY,
+            "the decode backend answered 500 Internal Server Error: ",
+        ),
+        (
+            "prefill-truncated",
+            Options {
+                prefill_fault: Fault::Truncated,
+                ..Options::default()
+            },
+            StatusCode::BAD_GATEWAY,
+            "the prefill backend failed: ",
+        ),
+        (
+            "decode-truncated",
+            Options {
+                decode_fault: Fault::Truncated,
+                ..Options::default()
+            },
+            StatusCode::BAD_GATEWAY,
+            "the decode backend failed: ",
+        ),
+        (
+            "prefill-slow",
+            Options {
+                prefill_fault: slow,
+                timeout: Duration::from_millis(300),
+                ..Options::default()
+            },
+            StatusCode::GATEWAY_TIMEOUT,
+            "the prefill backend did not answer within 300ms",
+        ),
+        (
+            "decode-slow",
+            Options {
+                decode_fault: slow,
+                timeout: Duration::from_millis(300),
+                ..Options::default()
+            },
+            StatusCode::GATEWAY_TIMEOUT,
+            "the decode backend did not answer within 300ms",
+        ),
+        (
+            "prefill-unreachable",
+            Options {
+                prefill_unreachable: true,
+                ..Options::default()
+            },
+            StatusCode::BAD_GATEWAY,
+            "the prefill backend failed: ",
+        ),
+    ];
+    for (name, options, expected, prefix) in cases {
+        let setup = Setup::start(name, options).await;
+        let started = Instant::now();
+        let (status, response) = setup.post(&body(6)).await;
+        let elapsed = started.elapsed();
+        assert_eq!(status, expected, "{name}: {response}");
+        assert!(message(&response).starts_with(prefix), "{name}: {response}");
+        if name.ends_with("truncated") {
+            // Cut off in the body, not before the headers.
+            assert!(message(&response).contains("body"), "{name}: {response}");
+        }
+        assert!(elapsed < Duration::from_secs(4), "{name} took {elapsed:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_the_router_cannot_use_are_a_400() {
+    let setup = Setup::start("bad-requests", Options::default()).await;
+    let bad: [(&[u8], &str); 3] = [
+        (b"{\"request_id\": ", "the request body is not JSON: "),
+        (b"[1, 2]", "the request body must be a JSON object"),
+        (
+            b"{\"request_id\": 1, \"sampling_params\": 5}",
+            "sampling_params must be a JSON object",
+        ),
+    ];
+    for (bytes, prefix) in bad {
+        let (status, _, body) = setup.post_raw(bytes.to_vec()).await;
+        let response: Value = serde_json::from_slice(&body).expect("json");
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{response}");
+        assert!(message(&response).starts_with(prefix), "{response}");
+    }
+    assert!(setup.prefill.seen.lock().expect("lock").is_empty());
+    // A request the backend refuses keeps its status: here the mock's, which
+    // needs a request_id.
+    let (status, response) = setup.post(&json!({"token_ids": [1]})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        message(&response).starts_with("the prefill backend answered 400 Bad Request: "),
+        "{response}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_requests_at_concurrency_32_are_all_stitched_right() {
+    const REQUESTS: usize = 1000;
+    const CONCURRENCY: usize = 32;
+    let setup = Arc::new(Setup::start("load", Options::default()).await);
+    let next = Arc::new(AtomicUsize::new(0));
+    let answered = Arc::new(Mutex::new(Vec::new()));
+    let workers: Vec<_> = (0..CONCURRENCY)
+        .map(|_| {
+            let (setup, next, answered) = (setup.clone(), next.clone(), answered.clone());
+            tokio::spawn(async move {
+                loop {
+                    let index = next.fetch_add(1, Ordering::Relaxed);
+                    if index >= REQUESTS {
+                        break;
+                    }
+                    let (status, response) = setup.post(&body(index)).await;
+                    assert_eq!(status, StatusCode::OK, "request {index}: {response}");
+                    let setup = setup.clone();
+                    let checked =
+                        tokio::task::spawn_blocking(move || setup.check_truth(index, &response))
+                            .await
+                            .expect("the check ran");
+                    checked.unwrap_or_else(|e| panic!("{e}"));
+                    answered.lock().expect("lock").push(index);
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.await.expect("a worker failed");
+    }
+    let answered: BTreeSet<usize> = answered.lock().expect("lock").iter().copied().collect();
+    assert_eq!(
+        answered,
+        (0..REQUESTS).collect(),
+        "requests lost or answered twice"
+    );
+    assert_eq!(setup.decode.seen.lock().expect("lock").len(), REQUESTS);
+}
