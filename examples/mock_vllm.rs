@@ -404,9 +404,6 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .init();
     let args = Args::parse();
     let deployment = Arc::new(Deployment::new(args.seed, args.mode, args.dir));
     let mock = Mock::new(deployment, args.role).with_fault(args.fault);
