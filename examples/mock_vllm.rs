@@ -343,6 +343,12 @@ async fn generate(State(mock): State<Arc<Mock>>, body: Bytes) -> Response {
     if mock.fault == Fault::NoRouting {
         response = without_routing(response);
     }
+    if mock.role == Role::Prefill {
+        // What a vLLM prefill instance hands the decode through the router:
+        // where to pull the prompt's KV cache from.
+        response["kv_transfer_params"] =
+            json!({"do_remote_prefill": true, "remote_request_id": index});
+    }
     if body.get("stream") == Some(&Value::Bool(true)) {
         // One event with the whole answer, then the end: enough for a router
         // that passes streams through.

@@ -80,10 +80,13 @@ pub async fn serve(listener: tokio::net::TcpListener, app: axum::Router) -> std:
 /// A request that failed: its status, a short kind, and a message that says
 /// what happened.
 #[derive(Debug)]
-struct Failure {
-    status: StatusCode,
-    kind: &'static str,
-    message: String,
+pub struct Failure {
+    /// The HTTP status the client gets.
+    pub status: StatusCode,
+    /// `invalid_request`, `backend_error`, `backend_timeout` or `stitch_error`.
+    pub kind: &'static str,
+    /// What happened, for the client and the log.
+    pub message: String,
 }
 
 impl Failure {
@@ -281,7 +284,7 @@ fn snippet(text: &str) -> &str {
 
 /// The prefill's request: the client's, asking for exactly one token and no
 /// stream.
-fn prefill_request(request: &Value) -> Result<Value, Failure> {
+pub fn prefill_request(request: &Value) -> Result<Value, Failure> {
     let mut prefill = request.clone();
     let Some(object) = prefill.as_object_mut() else {
         return Err(Failure::new(
@@ -313,7 +316,7 @@ fn prefill_request(request: &Value) -> Result<Value, Failure> {
 
 /// The decode's request: the client's, with the prefill's
 /// `kv_transfer_params` when it returned any.
-fn decode_request(mut request: Value, prefill: &Value) -> Value {
+pub fn decode_request(mut request: Value, prefill: &Value) -> Value {
     if let (Some(params), Some(object)) =
         (prefill.get("kv_transfer_params"), request.as_object_mut())
     {

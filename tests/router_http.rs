@@ -230,7 +230,10 @@ async fn stitched_answers_equal_the_colocated_truth_in_every_form() {
             assert_eq!(p["sampling_params"]["min_tokens"], 1);
             assert_eq!(p["sampling_params"]["temperature"], 1.0);
             assert_eq!(p["stream"], false);
-            assert_eq!(d, &expected);
+            let mut expected_decode = expected.clone();
+            expected_decode["kv_transfer_params"] =
+                json!({"do_remote_prefill": true, "remote_request_id": index});
+            assert_eq!(d, &expected_decode);
         }
     }
 }
@@ -482,4 +485,54 @@ async fn a_thousand_requests_at_concurrency_32_are_all_stitched_right() {
         "requests lost or answered twice"
     );
     assert_eq!(setup.decode.seen.lock().expect("lock").len(), REQUESTS);
+}
+
+#[test]
+fn the_prefill_is_asked_for_one_token_and_the_decode_gets_the_kv_handle() {
+    let cases = [
+        (
+            json!({"sampling_params": {"max_tokens": 9}}),
+            json!({"max_tokens": 1}),
+        ),
+        (json!({}), json!({"max_tokens": 1})),
+        (
+            json!({"sampling_params": {"min_tokens": 0}}),
+            json!({"max_tokens": 1, "min_tokens": 0}),
+        ),
+        (
+            json!({"sampling_params": {"min_tokens": 1}}),
+            json!({"max_tokens": 1, "min_tokens": 1}),
+        ),
+        (
+            json!({"sampling_params": {"min_tokens": 7, "n": 2}}),
+            json!({"max_tokens": 1, "min_tokens": 1, "n": 2}),
+        ),
+        (
+            json!({"sampling_params": {"min_tokens": "7"}}),
+            json!({"max_tokens": 1, "min_tokens": 1}),
+        ),
+        (
+            json!({"stream": true, "sampling_params": {}}),
+            json!({"max_tokens": 1}),
+        ),
+    ];
+    for (request, params) in cases {
+        let prefill = pd_router::prefill_request(&request).expect("an object");
+        assert_eq!(prefill["sampling_params"], params, "{request}");
+        assert_eq!(prefill["stream"], false, "{request}");
+    }
+    for bad in [json!([1]), json!({"sampling_params": [1]})] {
+        let failure = pd_router::prefill_request(&bad).expect_err("refused");
+        assert_eq!(failure.status, StatusCode::BAD_REQUEST);
+    }
+    let request = json!({"request_id": 1});
+    let handle = json!({"remote_block_ids": [4, 5]});
+    assert_eq!(
+        pd_router::decode_request(request.clone(), &json!({"kv_transfer_params": handle})),
+        json!({"request_id": 1, "kv_transfer_params": handle})
+    );
+    assert_eq!(
+        pd_router::decode_request(request.clone(), &json!({"choices": []})),
+        request
+    );
 }
