@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mock_vllm::{Deployment, Forms, Mock, Role};
+use pd_stitch::merge_routed_experts_for_pd;
 use pd_stitch::sim::Mode;
 use serde_json::json;
 
@@ -152,7 +153,7 @@ fn main() {
         ("mixed", Forms::Mixed),
     ];
     for (form, forms) in forms {
-        let [on, off] = runtime.block_on(measure(forms, rounds, per_round));
+        let ([on, off], merge) = runtime.block_on(measure(forms, rounds, per_round));
         for (name, tally) in [("stitching on", &on), ("stitching off", &off)] {
             println!(
                 "{form:<16}{name:<15}{:>12.0}{:>12.2?}{:>12.2?}{:>14.1}",
@@ -169,12 +170,23 @@ fn main() {
             on.percentile(50).as_secs_f64() / off.percentile(50).as_secs_f64(),
             on.percentile(99).as_secs_f64() / off.percentile(99).as_secs_f64()
         );
+        // The machine's time per stitched request, all cores counted: what
+        // the merge alone is a share of.
+        let cores = std::thread::available_parallelism().map_or(1, usize::from) as f64;
+        let per_request = cores / on.per_second();
+        println!(
+            "{form:<16}{:<15}{:>11.1}us per request, {:.1}% of the machine's time per stitched request",
+            "merge alone",
+            merge.as_secs_f64() * 1e6,
+            100.0 * merge.as_secs_f64() / per_request
+        );
     }
 }
 
 /// Both routers in front of one pair of mocks answering in `forms`,
-/// measured in alternating rounds: `[on, off]`.
-async fn measure(forms: Forms, rounds: usize, per_round: usize) -> [Tally; 2] {
+/// measured in alternating rounds: `[on, off]`, and the mean time of the
+/// library's merge alone on the same responses.
+async fn measure(forms: Forms, rounds: usize, per_round: usize) -> ([Tally; 2], Duration) {
     let dir = std::env::temp_dir().join(format!("pd-stitch-router-load-{}", std::process::id()));
     let deployment = Arc::new(Deployment::new(1, forms, dir.clone()));
     let prefill = start_mock(Mock::new(deployment.clone(), Role::Prefill)).await;
@@ -205,6 +217,22 @@ async fn measure(forms: Forms, rounds: usize, per_round: usize) -> [Tally; 2] {
             tallies[which].bytes += bytes;
         }
     }
+    // The merge alone, on the responses the backends served, the decode
+    // cloned outside the timed region.
+    let mut merging = Duration::ZERO;
+    let mut merges = 0u32;
+    for _ in 0..rounds {
+        for index in 0..WORKING_SET.min(per_round) {
+            let answers = deployment.answers(index).expect("cached");
+            let mut decode = answers.decode.clone();
+            let started = Instant::now();
+            let merged = merge_routed_experts_for_pd(&answers.prefill, &mut decode);
+            merging += started.elapsed();
+            assert_eq!(merged.ok(), Some(true));
+            std::hint::black_box(decode);
+            merges += 1;
+        }
+    }
     let _ = std::fs::remove_dir_all(&dir);
-    tallies
+    (tallies, merging / merges.max(1))
 }
