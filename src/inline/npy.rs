@@ -79,7 +79,11 @@ pub(crate) fn parse_header(bytes: &[u8]) -> Result<Header, NpyError> {
     let dtype = descr_dtype(descr).ok_or_else(|| NpyError::Descr(dict.descr.to_owned()))?;
     match order {
         b'>' if dtype.itemsize() > 1 => return Err(NpyError::BigEndian(dict.descr.to_owned())),
-        b'=' if dtype.itemsize() > 1 => return Err(NpyError::NativeOrder(dict.descr.to_owned())),
+        // `|` ("not applicable") on a multi-byte dtype is read by NumPy as
+        // native order, as ambiguous as `=`.
+        b'=' | b'|' if dtype.itemsize() > 1 => {
+            return Err(NpyError::NativeOrder(dict.descr.to_owned()))
+        }
         _ => {}
     }
     if dict.fortran_order {
@@ -345,8 +349,8 @@ pub enum NpyError {
     Descr(String),
     /// A big-endian dtype.
     BigEndian(String),
-    /// A multi-byte dtype in native byte order (`=`), which does not say
-    /// which order it is.
+    /// A multi-byte dtype in native byte order (`=`, or `|`, which NumPy
+    /// reads as `=` for more than one byte): it does not say which order it is.
     NativeOrder(String),
     /// `fortran_order: True`.
     FortranOrder,
@@ -525,5 +529,158 @@ mod tests {
             Err(NpyError::Truncated)
         );
         assert_eq!(parse_header(b"\x93NUMPY"), Err(NpyError::Truncated));
+    }
+
+    /// NumPy writes the shape as Python's tuple repr: `()`, `(7,)` (a
+    /// one-tuple keeps its comma; `(7)` would be the integer 7), `(3, 2, 4)`.
+    #[test]
+    fn header_writes_the_shape_as_a_python_tuple() {
+        let dict_of = |shape: &[u64]| {
+            let h = header(Dtype::Uint8, shape).unwrap();
+            String::from_utf8(h[10..].to_vec()).unwrap()
+        };
+        assert!(dict_of(&[]).contains("'shape': (), }"));
+        assert!(dict_of(&[7]).contains("'shape': (7,), }"));
+        assert!(dict_of(&[3, 2, 4]).contains("'shape': (3, 2, 4), }"));
+    }
+
+    /// SPEC rule 13: a repeated key is refused, whichever key it is.
+    #[test]
+    fn every_repeated_key_is_refused() {
+        for dict in [
+            "{'descr': '<u2', 'descr': '<u2', 'fortran_order': False, 'shape': (1, 1, 1), }",
+            "{'descr': '<u2', 'fortran_order': False, 'fortran_order': False, 'shape': (1, 1, 1), }",
+            "{'descr': '<u2', 'fortran_order': False, 'shape': (1, 1, 1), 'shape': (1, 1, 1), }",
+        ] {
+            assert_eq!(
+                parse_header(&file(dict)),
+                Err(NpyError::Syntax("a key appears twice")),
+                "{dict}"
+            );
+        }
+    }
+
+    /// Each syntax fault of the dict says what was expected there.
+    #[test]
+    fn syntax_errors_say_what_was_expected() {
+        for (dict, what) in [
+            ("['descr', '<u2']", "header must start with '{'"),
+            ("{'descr' '<u2'}", "expected ':' after a key"),
+            (
+                "{'descr': '<u2' 'fortran_order': False}",
+                "expected ',' or '}' in header",
+            ),
+            ("{'descr': '<u2', 7: 1}", "expected a quoted string"),
+            ("{'descr: '<u2'}", "expected ':' after a key"),
+            ("{'descr': '<u2", "unterminated string"),
+            (
+                "{'descr': '<u2', 'fortran_order': 0}",
+                "fortran_order must be True or False",
+            ),
+            ("{'shape': [1, 2]}", "shape must be a tuple"),
+            ("{'shape': (1; 2)}", "expected ',' or ')' in shape"),
+        ] {
+            assert_eq!(
+                parse_header(&file(dict)),
+                Err(NpyError::Syntax(what)),
+                "{dict}"
+            );
+        }
+    }
+
+    #[test]
+    fn messages() {
+        let cases = [
+            (NpyError::Magic, "not a .npy file (no \\x93NUMPY magic)"),
+            (
+                NpyError::Version(4, 1),
+                "unsupported .npy format version 4.1",
+            ),
+            (NpyError::Truncated, "the .npy header is truncated"),
+            (
+                NpyError::Syntax("shape must be a tuple"),
+                "bad .npy header: shape must be a tuple",
+            ),
+            (
+                NpyError::MissingKey("shape"),
+                "the .npy header has no \"shape\"",
+            ),
+            (
+                NpyError::Descr("|O".into()),
+                "unsupported .npy dtype \"|O\"",
+            ),
+            (
+                NpyError::BigEndian(">u2".into()),
+                "big-endian .npy dtype \">u2\" is not supported",
+            ),
+            (
+                NpyError::NativeOrder("=u2".into()),
+                "native-order .npy dtype \"=u2\" does not say its byte order",
+            ),
+            (
+                NpyError::FortranOrder,
+                "Fortran-order .npy arrays are not supported",
+            ),
+            (
+                NpyError::Dimensions(2),
+                "the array has 2 dimensions; rows need 3 (seq, layers, topk)",
+            ),
+            (
+                NpyError::DataLength {
+                    expected: 24,
+                    got: 3,
+                },
+                "the array data is 3 bytes; its shape and dtype need 24",
+            ),
+        ];
+        for (error, message) in cases {
+            assert_eq!(error.to_string(), message);
+        }
+    }
+
+    fn dict(descr: &str) -> String {
+        format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': (1, 1, 1), }}")
+    }
+
+    /// SPEC rule 13: for one byte the byte-order mark means nothing, so all
+    /// four are read; a multi-byte dtype is read only as little-endian `<`.
+    #[test]
+    fn byte_order_marks_follow_rule_13() {
+        for (code, dtype) in [
+            ("b1", Dtype::Bool),
+            ("i1", Dtype::Int8),
+            ("u1", Dtype::Uint8),
+        ] {
+            for order in ['|', '<', '>', '='] {
+                let descr = format!("{order}{code}");
+                let h = parse_header(&file(&dict(&descr)));
+                assert_eq!(h.map(|h| h.dtype), Ok(dtype), "{descr}");
+            }
+        }
+        for (code, dtype) in [
+            ("u2", Dtype::Uint16),
+            ("f4", Dtype::Float32),
+            ("i8", Dtype::Int64),
+        ] {
+            let little = format!("<{code}");
+            assert_eq!(
+                parse_header(&file(&dict(&little))).map(|h| h.dtype),
+                Ok(dtype)
+            );
+            let big = format!(">{code}");
+            assert_eq!(
+                parse_header(&file(&dict(&big))),
+                Err(NpyError::BigEndian(big.clone()))
+            );
+            // `=` and `|` both leave a multi-byte dtype in the writer's
+            // native order (NumPy reads `|u2` as `=u2`): neither says which.
+            for order in ['=', '|'] {
+                let descr = format!("{order}{code}");
+                assert_eq!(
+                    parse_header(&file(&dict(&descr))),
+                    Err(NpyError::NativeOrder(descr.clone()))
+                );
+            }
+        }
     }
 }
