@@ -564,6 +564,102 @@ mod tests {
         }
     }
 
+    /// Every ASCII byte at every kind of place: in a 64-character chunk of
+    /// the body, in the body's remainder after the chunks, and in the last
+    /// quad. Accepted exactly when it is one of the 64 alphabet characters;
+    /// otherwise the error names the byte and its index in the text.
+    #[test]
+    fn each_byte_is_accepted_exactly_when_in_the_alphabet() {
+        // (text length, index of the byte under test)
+        let places = [(132, 70), (132, 3), (76, 66), (8, 1), (4, 2)];
+        for byte in 0u8..=0x7f {
+            let in_alphabet = ALPHABET.contains(&byte);
+            for (len, at) in places {
+                let mut text = vec![b'A'; len];
+                text[at] = byte;
+                let text = String::from_utf8(text).unwrap();
+                let got = Base64::parse(&text).map(|b| b.decoded_len());
+                let expected = if in_alphabet {
+                    Ok(len / 4 * 3)
+                } else if byte == b'=' {
+                    Err(Base64Error::Padding(at))
+                } else {
+                    Err(Base64Error::Character { at, byte })
+                };
+                assert_eq!(got, expected, "byte {byte:#04x} at {at} of {len}");
+            }
+        }
+    }
+
+    /// Only the first fault counts, wherever the later ones are.
+    #[test]
+    fn the_first_fault_is_reported() {
+        let mut text = vec![b'A'; 200];
+        for (i, at) in [150, 90, 64, 63, 1].into_iter().enumerate() {
+            text[at] = [b'-', b'_', b'.', b'=', b' '][i];
+            let text = String::from_utf8(text.clone()).unwrap();
+            let first = Base64::parse(&text).unwrap_err();
+            let expected = match text.as_bytes()[at] {
+                b'=' => Base64Error::Padding(at),
+                byte => Base64Error::Character { at, byte },
+            };
+            assert_eq!(first, expected);
+        }
+    }
+
+    #[test]
+    fn padding_inside_the_last_quad_is_placed_in_the_whole_text() {
+        assert_eq!(decode("AAAAZ=g="), Err(Base64Error::Padding(5)));
+        assert_eq!(decode("AAAAAAAA=AAA"), Err(Base64Error::Padding(8)));
+        assert_eq!(decode("AAAAA==="), Err(Base64Error::Padding(5)));
+    }
+
+    /// Zero extension of little-endian elements, for every pair of unsigned
+    /// sizes: the value is kept, the new high bytes are zero.
+    #[test]
+    fn widen_keeps_values_for_every_pair_of_sizes() {
+        let values: [u64; 4] = [0, 1, 0x7f, 0xdead_beef_0102_0304];
+        for (narrow, wide) in [(1, 2), (1, 4), (1, 8), (2, 4), (2, 8), (4, 8)] {
+            let mask = u64::MAX >> (64 - 8 * narrow);
+            let raw: Vec<u8> = values
+                .iter()
+                .flat_map(|v| v.to_le_bytes()[..narrow].to_vec())
+                .collect();
+            let expected: Vec<u8> = values
+                .iter()
+                .flat_map(|v| (v & mask).to_le_bytes()[..wide].to_vec())
+                .collect();
+            let mut out = vec![0xaa];
+            widen(&raw, narrow, wide, &mut out);
+            assert_eq!(out[0], 0xaa);
+            assert_eq!(out[1..], expected, "{narrow} -> {wide}");
+        }
+    }
+
+    /// A range longer than the encoder's decoding step is widened a step at
+    /// a time; no element may be split at a step boundary.
+    #[test]
+    fn widening_more_than_one_step_keeps_every_element() {
+        use ::base64::engine::general_purpose::STANDARD;
+        use ::base64::Engine as _;
+
+        let elements: Vec<u16> = (0..40_000u32).map(|i| (i * 7919 % 65_521) as u16).collect();
+        let raw: Vec<u8> = elements.iter().flat_map(|e| e.to_le_bytes()).collect();
+        assert!(raw.len() > STEP);
+        let text = STANDARD.encode(&raw);
+        let source = Base64::parse(&text).unwrap();
+        for from in [0, 2, 6] {
+            let mut encoder = Encoder::with_capacity(0);
+            encoder.push_bytes(&[1]);
+            encoder.push_widened(&source, from, raw.len(), 2, 4);
+            let mut expected = vec![1];
+            for e in &elements[from / 2..] {
+                expected.extend_from_slice(&u32::from(*e).to_le_bytes());
+            }
+            assert_eq!(encoder.finish(), STANDARD.encode(&expected), "from {from}");
+        }
+    }
+
     mod against_the_base64_crate {
         use super::*;
         use ::base64::engine::general_purpose::STANDARD;
