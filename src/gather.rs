@@ -17,6 +17,7 @@ use std::fmt;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Map, Value};
 
@@ -124,7 +125,9 @@ impl Store {
     }
 
     /// Writes (replaces) the file `name`. A directory store creates the
-    /// directories it needs.
+    /// directories it needs, and writes beside the file and renames it into
+    /// place, so that a reader never sees it half-written, even while another
+    /// process writes the same file.
     ///
     /// # Errors
     ///
@@ -136,7 +139,14 @@ impl Store {
                 if let Some(parent) = path.parent() {
                     std::fs::create_dir_all(parent)?;
                 }
-                std::fs::write(path, bytes)
+                static NEXT: AtomicU64 = AtomicU64::new(0);
+                let mut temp = path.clone().into_os_string();
+                let unique = NEXT.fetch_add(1, Ordering::Relaxed);
+                temp.push(format!(".{}.{unique}.tmp", std::process::id()));
+                std::fs::write(&temp, bytes)?;
+                std::fs::rename(&temp, &path).inspect_err(|_| {
+                    let _ = std::fs::remove_file(&temp);
+                })
             }
             Store::Memory(files) => {
                 files.insert(name.to_owned(), bytes);

@@ -179,3 +179,46 @@ fn a_merge_that_cuts_one_position_late_leaves_a_gap_that_is_caught() {
         summary.mismatches
     );
 }
+
+/// Two writers replace one file with different contents while a reader reads
+/// it: the reader only ever sees one whole content or the other, as a
+/// simulator's answers in one process are read while a second process
+/// rewrites the same files.
+#[test]
+fn a_directory_store_never_shows_a_half_written_file() {
+    use pd_stitch::gather::Store;
+    let root = dir("atomic-write");
+    let size = 1 << 20;
+    let contents = [vec![b'a'; size], vec![b'b'; size]];
+    let mut store = Store::Dir(root.clone());
+    store.write("f.bin", contents[0].clone()).expect("write");
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let mut reads = 0;
+    std::thread::scope(|scope| {
+        for content in &contents {
+            let (root, done) = (&root, &done);
+            scope.spawn(move || {
+                let mut store = Store::Dir(root.clone());
+                for _ in 0..40 {
+                    store.write("f.bin", content.clone()).expect("write");
+                }
+                done.store(true, std::sync::atomic::Ordering::Relaxed);
+            });
+        }
+        while !done.load(std::sync::atomic::Ordering::Relaxed) || reads < 100 {
+            let read = std::fs::read(root.join("f.bin")).expect("the file is always there");
+            assert!(
+                contents.contains(&read),
+                "read {} bytes of a file being rewritten",
+                read.len()
+            );
+            reads += 1;
+        }
+    });
+    let names: Vec<_> = std::fs::read_dir(&root)
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(names, ["f.bin"], "temporary files left behind");
+    let _ = std::fs::remove_dir_all(&root);
+}
