@@ -87,10 +87,13 @@ fn inline(
         .sample_size(10)
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    // In test mode (`cargo bench -- --test`, as CI runs it) every benchmark
+    // In test mode (`cargo bench -- --test` or `cargo test --benches`) every benchmark
     // runs once to show it still builds and agrees with the baseline; the
     // smallest size is enough for that.
-    let quick = std::env::args().any(|a| a == "--test");
+    // Test mode as criterion reads it: `--test`, or no `--bench` (that is,
+    // `cargo test --benches`, as CI runs them).
+    let quick =
+        std::env::args().any(|a| a == "--test") || !std::env::args().any(|a| a == "--bench");
     let sizes: &[usize] = if quick {
         &[1024]
     } else {

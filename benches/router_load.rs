@@ -10,7 +10,8 @@
 //! router's: two HTTP calls, two JSON parses, the merge, one serialization.
 //!
 //! `cargo bench --bench router_load` prints requests/s and p50/p99 latency
-//! for each; `-- --test` (as CI runs it) sends a few requests only.
+//! for each; in test mode (`-- --test`, or `cargo test --benches` as CI runs
+//! it) it sends a few requests only.
 
 #[allow(dead_code)]
 #[path = "../examples/mock_vllm.rs"]
@@ -132,7 +133,10 @@ async fn round(
 }
 
 fn main() {
-    let test_mode = std::env::args().any(|a| a == "--test");
+    // Test mode as criterion reads it: `--test`, or no `--bench` (that is,
+    // `cargo test --benches`, as CI runs them).
+    let test_mode =
+        std::env::args().any(|a| a == "--test") || !std::env::args().any(|a| a == "--bench");
     let (rounds, per_round) = if test_mode { (1, 64) } else { (10, 1000) };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
