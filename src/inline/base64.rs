@@ -98,12 +98,12 @@ impl<'a> Base64<'a> {
             return;
         };
         if body.is_empty() {
-            let (bytes, _) = decode_quad(tail);
+            let bytes = decode_quad(tail);
             out.extend_from_slice(bytes.get(skip..keep_last).unwrap_or_default());
             return;
         }
         let (head, body) = body.split_at(4);
-        let (bytes, _) = decode_quad(head);
+        let bytes = decode_quad(head);
         out.extend_from_slice(bytes.get(skip..).unwrap_or_default());
         // The body has no padding (only the text's last quad may): 4
         // characters to 3 bytes, written in place.
@@ -116,7 +116,7 @@ impl<'a> Base64<'a> {
             d[1] = (n >> 8) as u8;
             d[2] = n as u8;
         }
-        let (bytes, _) = decode_quad(tail);
+        let bytes = decode_quad(tail);
         out.extend_from_slice(bytes.get(..keep_last).unwrap_or_default());
     }
 }
@@ -154,20 +154,17 @@ fn first_invalid(text: &[u8]) -> Option<usize> {
         .map(|i| rest_at + i)
 }
 
-/// The 6-bit value of a validated character (`=` counts as 0).
+/// The 6-bit value of a validated character. `=` gives 63, which only
+/// feeds bytes that the padding drops.
 fn sextet(c: u8) -> u32 {
     u32::from(DECODE[usize::from(c)] & 0x3f)
 }
 
-/// The bytes of one validated quad, and how many of them it encodes.
-fn decode_quad(quad: &[u8]) -> ([u8; 3], usize) {
+/// The bytes of one validated quad (the callers keep only those it encodes).
+fn decode_quad(quad: &[u8]) -> [u8; 3] {
     let c = |i: usize| quad.get(i).copied().unwrap_or(b'=');
     let n = sextet(c(0)) << 18 | sextet(c(1)) << 12 | sextet(c(2)) << 6 | sextet(c(3));
-    let pads = quad.iter().filter(|&&c| c == b'=').count();
-    (
-        [(n >> 16) as u8, (n >> 8) as u8, n as u8],
-        3usize.saturating_sub(pads),
-    )
+    [(n >> 16) as u8, (n >> 8) as u8, n as u8]
 }
 
 /// Builds base64 text out of pieces: raw bytes, and byte ranges of validated
