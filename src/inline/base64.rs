@@ -234,7 +234,10 @@ impl Encoder {
         self.push_decoded(source, from, aligned, |bytes, out| {
             out.extend_from_slice(bytes)
         });
-        let end = aligned + (to.min(source.decoded_len() / 3 * 3).saturating_sub(aligned)) / 3 * 3;
+        // Copy the text of the whole quads from there: up to the last multiple
+        // of 3 at or before `to` (which, as `to <= decoded_len`, is never past
+        // the last unpadded quad), then decode the rest.
+        let end = aligned + to.saturating_sub(aligned) / 3 * 3;
         if let Some(text) = source.quads(aligned, end) {
             self.out.extend_from_slice(text.as_bytes());
             self.push_decoded(source, end, to, |bytes, out| out.extend_from_slice(bytes));
