@@ -63,9 +63,11 @@ struct Router {
 ///
 /// When the HTTP client cannot be built.
 pub fn app(config: Config) -> Result<axum::Router, reqwest::Error> {
+    // A passed-through stream may last longer than any one answer: the client
+    // bounds each read; whole answers get a total deadline per request.
     let client = reqwest::Client::builder()
         .connect_timeout(config.timeout)
-        .timeout(config.timeout)
+        .read_timeout(config.timeout)
         .build()?;
     Ok(axum::Router::new()
         .route("/inference/v1/generate", post(generate))
@@ -165,9 +167,8 @@ impl Router {
                 ));
             }
             // Nothing to stitch: the decode's stream goes through as it comes.
-            let response = self
-                .send(Backend::Decode, &decode_request(request, &prefill))
-                .await?;
+            let decode_request = decode_request(request, &prefill);
+            let response = self.send(Backend::Decode, &decode_request, false).await?;
             let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
             let mut passed = Response::new(Body::from_stream(response.bytes_stream()));
             if let Some(content_type) = content_type {
@@ -193,8 +194,15 @@ impl Router {
         Ok(axum::Json(decode).into_response())
     }
 
-    /// Sends `body` to `backend`; a response with a success status, or why not.
-    async fn send(&self, backend: Backend, body: &Value) -> Result<reqwest::Response, Failure> {
+    /// Sends `body` to `backend`; a response with a success status, or why
+    /// not. With `deadline`, the whole answer must arrive within the timeout;
+    /// without, each read must.
+    async fn send(
+        &self,
+        backend: Backend,
+        body: &Value,
+        deadline: bool,
+    ) -> Result<reqwest::Response, Failure> {
         let base = match backend {
             Backend::Prefill => &self.config.prefill,
             Backend::Decode => &self.config.decode,
@@ -202,14 +210,16 @@ impl Router {
         let bytes = serde_json::to_vec(body).map_err(|e| {
             Failure::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
         })?;
-        let response = self
+        let url = format!("{}/inference/v1/generate", base.trim_end_matches('/'));
+        let mut request = self
             .client
-            .post(format!(
-                "{}/inference/v1/generate",
-                base.trim_end_matches('/')
-            ))
+            .post(url)
             .header(header::CONTENT_TYPE, "application/json")
-            .body(bytes)
+            .body(bytes);
+        if deadline {
+            request = request.timeout(self.config.timeout);
+        }
+        let response = request
             .send()
             .await
             .map_err(|e| self.transport(backend, &e))?;
@@ -234,7 +244,7 @@ impl Router {
 
     /// Sends `body` to `backend` and reads its answer as JSON.
     async fn json(&self, backend: Backend, body: &Value) -> Result<Value, Failure> {
-        let response = self.send(backend, body).await?;
+        let response = self.send(backend, body, true).await?;
         let bytes = response
             .bytes()
             .await
