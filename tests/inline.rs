@@ -890,3 +890,60 @@ fn compact_faults_are_reported_in_order() {
         ".data",
     );
 }
+
+/// uint64 is the widest unsigned dtype: narrower rows widen into it in both
+/// forms, keeping every value, high bytes included.
+#[test]
+fn rows_widen_into_uint64() {
+    let le = |values: &[u64], size: usize| -> Vec<u8> {
+        values
+            .iter()
+            .flat_map(|v| v.to_le_bytes()[..size].to_vec())
+            .collect()
+    };
+    let compact = |values: &[u64], dtype: &str, size: usize, start: u64| {
+        json!({"data": STANDARD.encode(le(values, size)), "shape": [values.len() / 2, 1, 2],
+               "start": start, "dtype": dtype})
+    };
+    // Compact, the decode wider: uint32 prefill [0, 1), uint64 decode [1, 3).
+    let p = json!({"choices": [{"routed_experts": compact(&[0xdead_beef, 7], "uint32", 4, 0)}]});
+    let mut d = json!({"choices": [{"routed_experts":
+        compact(&[u64::MAX, 1 << 40, 3, 4], "uint64", 8, 1)}]});
+    assert_eq!(merge_routed_experts_in_json(&p, &mut d), Ok(true));
+    let merged = decode_compact(&d["choices"][0]["routed_experts"]);
+    assert_eq!(
+        (
+            merged.start,
+            merged.shape,
+            merged.dtype.as_str(),
+            merged.values
+        ),
+        (
+            0,
+            vec![3, 1, 2],
+            "uint64",
+            vec![0xdead_beef, 7, u64::MAX, 1 << 40, 3, 4]
+        )
+    );
+    // Compact, the prefill wider: uint64 prefill [0, 1), uint8 decode [0, 2).
+    let p = json!({"choices": [{"routed_experts": compact(&[u64::MAX - 1, 5], "uint64", 8, 0)}]});
+    let mut d = json!({"choices": [{"routed_experts": compact(&[9, 9, 200, 1], "uint8", 1, 0)}]});
+    assert_eq!(merge_routed_experts_in_json(&p, &mut d), Ok(true));
+    let merged = decode_compact(&d["choices"][0]["routed_experts"]);
+    assert_eq!(
+        (merged.shape, merged.dtype.as_str(), merged.values),
+        (vec![2, 1, 2], "uint64", vec![u64::MAX - 1, 5, 200, 1])
+    );
+    // npy: a uint8 prefill [0, 1) and a uint64 decode [0, 2); the output is
+    // the decode's dtype.
+    let (p, mut d) = npy_pair(
+        &npy_write("|u1", &[1, 1, 2], &[1, 2]),
+        &npy_write("<u8", &[2, 1, 2], &le(&[8, 8, 3, u64::MAX], 8)),
+    );
+    assert_eq!(merge_routed_experts_in_json(&p, &mut d), Ok(true));
+    let merged = decode_npy(&d["choices"][0]["routed_experts"]);
+    assert_eq!(
+        (merged.shape, merged.dtype.as_str(), merged.values),
+        (vec![2, 1, 2], "uint64", vec![1, 2, 3, u64::MAX])
+    );
+}
