@@ -636,6 +636,39 @@ mod tests {
         }
     }
 
+    /// Every range of a short source, after 0, 1 or 2 pending bytes: the
+    /// text is the plain encoding of the bytes, whether the encoder copied
+    /// whole quads of the source or decoded them.
+    #[test]
+    fn push_base64_of_every_range_after_every_pending_count() {
+        use ::base64::engine::general_purpose::STANDARD;
+        use ::base64::Engine as _;
+
+        for len in [20, 21] {
+            let bytes: Vec<u8> = (0..len).map(|i| (i * 37 + 11) as u8).collect();
+            let text = STANDARD.encode(&bytes);
+            let source = Base64::parse(&text).unwrap();
+            for pending in 0..3 {
+                for from in 0..=len {
+                    for to in 0..=len + 2 {
+                        let mut encoder = Encoder::with_capacity(0);
+                        let head = vec![0xee; pending];
+                        encoder.push_bytes(&head);
+                        encoder.push_base64(&source, from, to);
+                        let mut expected = head.clone();
+                        expected
+                            .extend_from_slice(bytes.get(from..to.min(len)).unwrap_or_default());
+                        assert_eq!(
+                            encoder.finish(),
+                            STANDARD.encode(&expected),
+                            "{pending} pending, [{from}, {to}) of {len}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     /// A range longer than the encoder's decoding step is widened a step at
     /// a time; no element may be split at a step boundary.
     #[test]
