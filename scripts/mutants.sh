@@ -6,12 +6,34 @@
 #
 #   scripts/mutants.sh                     # every file under src/
 #   scripts/mutants.sh -f src/algebra/rows.rs   # one file (any cargo-mutants flags)
+#
+# Environment: PROPTEST_CASES (default 128), MUTANTS_TIMEOUT (seconds per test
+# run, default 300; a mutant that loops forever costs this much).
+#
+# Each mutant rebuilds every test target the run names, so name only the test
+# binaries that exercise the files: `-C ARG` goes to every cargo invocation
+# (the build and the test run alike). The runs recorded in docs/VERIFICATION.md,
+# made with PROPTEST_CASES=64 and `--jobs 1`, each from a `git archive HEAD`
+# snapshot in /tmp (cargo-mutants copies the tree, and a file written meanwhile,
+# e.g. by a fuzzer into fuzz/corpus/, makes the copy fail):
+#
+#   scripts/mutants.sh -f src/algebra/segment.rs -f src/algebra/dtype.rs \
+#       -C --lib -C --test=algebra -C --test=laws -C --test=rules -C --test=inline
+#   MUTANTS_TIMEOUT=60 scripts/mutants.sh -f src/inline/base64.rs \
+#       -C --lib -C --test=inline -C --test=resources
+#   MUTANTS_TIMEOUT=60 scripts/mutants.sh -f src/inline/npy.rs -f src/inline/mod.rs \
+#       -C --lib -C --test=inline -C --test=resources -C --test=totality \
+#       -C --test=cli -C --test=sim -C --test=router_testing -C --test=rules
+#
+# Add `--re REGEX` (or `-F REGEX`) to rerun only the mutants whose names match,
+# e.g. the survivors of a previous run after a test was added.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo-mutants >/dev/null || cargo install cargo-mutants --locked
-export PROPTEST_CASES=128
+export PROPTEST_CASES="${PROPTEST_CASES:-128}"
+# No debug info: each mutant links its test binaries much faster.
+export CARGO_PROFILE_DEV_DEBUG="${CARGO_PROFILE_DEV_DEBUG:-0}"
 # The main binary and the simulator's report formatting are not under test here.
-cargo mutants --no-shuffle --timeout 300 \
-    --exclude src/main.rs \
-    "$@" \
-    -- --all-features
+cargo mutants --no-shuffle --timeout "${MUTANTS_TIMEOUT:-300}" \
+    --exclude src/main.rs --all-features \
+    "$@"
