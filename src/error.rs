@@ -354,6 +354,46 @@ mod tests {
         );
     }
 
+    /// `<side> <json path>`: the path's first step follows the side after a
+    /// space whether it is a key or an index, and a later index has none;
+    /// a response read on its own is just `response` at its root.
+    #[test]
+    fn a_path_may_start_with_an_index() {
+        let at = Location::root(Side::Response).index(2).key("rows").index(0);
+        assert_eq!(at.to_string(), "response [2].rows[0]");
+        assert_eq!(
+            at.path(),
+            [Step::Index(2), Step::Key("rows".into()), Step::Index(0)]
+        );
+        assert_eq!(Location::root(Side::Response).to_string(), "response");
+        assert_eq!(
+            Location::root(Side::Decode).index(0).to_string(),
+            "decode [0]"
+        );
+    }
+
+    /// The first 64 bytes of the compact JSON text (fewer when the 64th
+    /// byte is inside a character), then `…` when anything was left out.
+    #[test]
+    fn describe_keeps_the_longest_prefix_that_fits() {
+        let a = |n: usize| "a".repeat(n);
+        // `"` + 62 letters + `"` is exactly 64 bytes: nothing is left out.
+        assert_eq!(describe(Some(&json!(a(62)))), format!("\"{}\"", a(62)));
+        // One more letter: the closing quote is the 65th byte.
+        assert_eq!(describe(Some(&json!(a(63)))), format!("\"{}…", a(63)));
+        assert_eq!(describe(Some(&json!(a(1000)))), format!("\"{}…", a(63)));
+        // `"` + 31 two-byte characters is 63 bytes; the 32nd would end at 65.
+        assert_eq!(
+            describe(Some(&json!("é".repeat(1000)))),
+            format!("\"{}…", "é".repeat(31))
+        );
+        // A long array is cut inside one of its elements.
+        let numbers: Vec<u32> = (0..100).collect();
+        let text = describe(Some(&json!(numbers)));
+        let full = serde_json::to_string(&numbers).unwrap();
+        assert_eq!(text, format!("{}…", &full[..64]));
+    }
+
     #[test]
     fn describe_shortens_long_values_on_a_char_boundary() {
         assert_eq!(describe(None), "nothing");
