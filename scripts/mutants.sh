@@ -24,9 +24,23 @@
 #   MUTANTS_TIMEOUT=60 scripts/mutants.sh -f src/inline/npy.rs -f src/inline/mod.rs \
 #       -C --lib -C --test=inline -C --test=resources -C --test=totality \
 #       -C --test=cli -C --test=sim -C --test=router_testing -C --test=rules
+#   MUTANTS_TIMEOUT=120 scripts/mutants.sh -f src/error.rs \
+#       -C --lib -C --test=rules -C --test=laws -C --test=inline -C --test=cli
+#   MUTANTS_TIMEOUT=60 scripts/mutants.sh -f src/gather.rs \
+#       -C --lib -C --test=cli -C --test=sim -C --test=router_testing \
+#       -C --test=resources -C --test=totality -C --test=router_http
 #
 # Add `--re REGEX` (or `-F REGEX`) to rerun only the mutants whose names match,
-# e.g. the survivors of a previous run after a test was added.
+# e.g. the survivors of a previous run after a test was added. For such a
+# rerun, `--in-place` (it excludes `--jobs`) in a snapshot already built with
+# `CARGO_PROFILE_DEV_DEBUG=0 cargo test --no-run --all-features ...` skips the
+# baseline's full build; the survivors of error.rs and gather.rs were rerun so:
+#
+#   MUTANTS_TIMEOUT=60 scripts/mutants.sh --in-place -f src/error.rs -f src/gather.rs \
+#       -F 'gather.rs:(63:9|85:9|86:18|89:41|105:9|106:19|358:38|505:50|665:22|698:50|733:29|796:23|796:33):' \
+#       -F 'error.rs:(108:39|307:40|328:15):' \
+#       -C --lib -C --test=cli -C --test=sim -C --test=router_testing -C --test=resources \
+#       -C --test=totality -C --test=router_http -C --test=rules -C --test=laws -C --test=inline
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo-mutants >/dev/null || cargo install cargo-mutants --locked
