@@ -36,6 +36,7 @@ const WORKING_SET: usize = 256;
 /// Latencies and busy time of one router over all its rounds.
 #[derive(Default)]
 struct Tally {
+    /// Every request's latency; sorted once all rounds are in.
     latencies: Vec<Duration>,
     busy: Duration,
     /// Response body bytes, summed: a stitched inline answer is larger than
@@ -52,12 +53,10 @@ impl Tally {
         self.latencies.len() as f64 / self.busy.as_secs_f64()
     }
 
-    /// The nearest-rank percentile `p` (0-100).
+    /// The nearest-rank percentile `p` (0-100), once `latencies` is sorted.
     fn percentile(&self, p: usize) -> Duration {
-        let mut sorted = self.latencies.clone();
-        sorted.sort_unstable();
-        let rank = (sorted.len() * p).div_ceil(100).max(1);
-        sorted.get(rank - 1).copied().unwrap_or_default()
+        let rank = (self.latencies.len() * p).div_ceil(100).max(1);
+        self.latencies.get(rank - 1).copied().unwrap_or_default()
     }
 }
 
@@ -238,5 +237,8 @@ async fn measure(forms: Forms, rounds: usize, per_round: usize) -> ([Tally; 2], 
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+    for tally in &mut tallies {
+        tally.latencies.sort_unstable();
+    }
     (tallies, merging / merges.max(1))
 }

@@ -26,7 +26,7 @@ use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::str::FromStr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -167,18 +167,16 @@ impl Deployment {
         }
     }
 
+    /// The cache, locked. A poisoned cache only holds complete entries: it
+    /// stays in use.
+    fn cache(&self) -> MutexGuard<'_, Cache> {
+        self.cache.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// The simulator's answers for request `index` in its form, writing its
     /// files the first time.
     pub fn answers(&self, index: usize) -> std::io::Result<Arc<Responses>> {
-        let lock = |c: &Mutex<Cache>| {
-            // A poisoned cache only holds complete entries: keep using it.
-            c.lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .answers
-                .get(&index)
-                .cloned()
-        };
-        if let Some(hit) = lock(&self.cache) {
+        if let Some(hit) = self.cache().answers.get(&index).cloned() {
             return Ok(hit);
         }
         let mode = self.forms.of(index);
@@ -189,7 +187,7 @@ impl Deployment {
             .find(|(m, _)| *m == mode)
             .map(|(_, r)| Arc::new(r))
             .ok_or_else(|| std::io::Error::other("the simulator wrote no such form"))?;
-        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut cache = self.cache();
         if cache.answers.insert(index, responses.clone()).is_none() {
             cache.order.push_back(index);
         }
