@@ -266,6 +266,18 @@ pub enum Error {
         /// The decode's positions.
         decode: Rows,
     },
+    /// A response given as bytes ([`bytes`](crate::bytes)) that is not valid
+    /// JSON as `serde_json` reads it: not UTF-8, a syntax error, anything but
+    /// whitespace after the value, or nesting deeper than 128 levels.
+    #[error("{side} response: invalid JSON at byte {offset}: {message}")]
+    Json {
+        /// Which response.
+        side: Side,
+        /// The byte offset where reading failed.
+        offset: usize,
+        /// What is wrong, in `serde_json`'s words.
+        message: String,
+    },
 }
 
 impl Error {
@@ -285,7 +297,29 @@ impl Error {
             | Error::RowShapeMismatch { at, .. }
             | Error::DtypeMismatch { at, .. }
             | Error::Coverage { at, .. } => at,
+            Error::Json { side, .. } => root_of(*side),
         }
+    }
+}
+
+/// The root of each side's response, for errors about a response as a whole.
+fn root_of(side: Side) -> &'static Location {
+    static PREFILL: Location = Location {
+        side: Side::Prefill,
+        path: Vec::new(),
+    };
+    static DECODE: Location = Location {
+        side: Side::Decode,
+        path: Vec::new(),
+    };
+    static RESPONSE: Location = Location {
+        side: Side::Response,
+        path: Vec::new(),
+    };
+    match side {
+        Side::Prefill => &PREFILL,
+        Side::Decode => &DECODE,
+        Side::Response => &RESPONSE,
     }
 }
 

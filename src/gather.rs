@@ -23,10 +23,10 @@ use serde_json::{Map, Value};
 
 use crate::algebra::{Dtype, Rows, Segment};
 use crate::error::{describe, Error, Location, Side};
+use crate::fields::ROUTED_EXPERTS;
 use crate::handle::{item_at, Keys};
 use crate::inline::{self, Form, NpyError};
 use crate::json::choice_at;
-use crate::stitcher::ROUTED_EXPERTS;
 
 /// The rows of one field of one choice, in position order.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -94,7 +94,9 @@
 #![deny(missing_docs)]
 
 pub mod algebra;
+pub mod bytes;
 mod error;
+mod fields;
 pub mod gather;
 mod handle;
 pub mod inline;
@@ -118,7 +120,8 @@ pub use inline::{Base64Error, Form, NpyError};
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+pub use fields::ROUTED_EXPERTS;
 pub use stitcher::{
     merge_routed_experts_for_pd, merge_routed_experts_in_json, merge_routed_payload_in_json,
-    prefill_has_routed_experts, Stitcher, ROUTED_EXPERTS,
+    prefill_has_routed_experts, Stitcher,
 };

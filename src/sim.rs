@@ -31,9 +31,9 @@ use serde_json::{json, Value};
 
 use crate::algebra::Dtype;
 use crate::error::Error;
+use crate::fields::ROUTED_EXPERTS;
 use crate::gather::{gather, Store};
 use crate::inline;
-use crate::stitcher::ROUTED_EXPERTS;
 
 /// What to simulate.
 #[derive(Clone, Debug)]

@@ -4,6 +4,7 @@
 use serde_json::Value;
 
 use crate::error::Error;
+use crate::fields::ROUTED_EXPERTS;
 use crate::handle;
 use crate::merge::{merge, Kinds};
 
@@ -19,9 +20,6 @@ const BOTH: Kinds = Kinds {
     inline: true,
     by_handle: true,
 };
-
-/// The field a stitcher stitches unless told otherwise.
-pub const ROUTED_EXPERTS: &str = "routed_experts";
 
 /// The JSON entry points, for a chosen set of stitched fields.
 ///
@@ -131,6 +129,54 @@ impl Stitcher {
         decode: &mut Value,
     ) -> Result<bool, Error> {
         merge(&self.fields, prefill, decode, BOTH)
+    }
+
+    /// [`merge_routed_experts_for_pd`](Stitcher::merge_routed_experts_for_pd)
+    /// on raw JSON bytes; see [`bytes`](crate::bytes).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Json`] when either side is not valid JSON, else as the `Value`
+    /// method; on error `decode` is unchanged.
+    pub fn merge_bytes_for_pd(&self, prefill: &[u8], decode: &mut Vec<u8>) -> Result<bool, Error> {
+        crate::bytes::via_value(prefill, decode, |p, d| {
+            self.merge_routed_experts_for_pd(p, d)
+        })
+    }
+
+    /// [`merge_routed_payload_in_json`](Stitcher::merge_routed_payload_in_json)
+    /// on raw JSON bytes; see [`bytes`](crate::bytes).
+    ///
+    /// # Errors
+    ///
+    /// As [`merge_bytes_for_pd`](Stitcher::merge_bytes_for_pd).
+    pub fn merge_bytes_payload(&self, prefill: &[u8], decode: &mut Vec<u8>) -> Result<bool, Error> {
+        crate::bytes::via_value(prefill, decode, |p, d| {
+            self.merge_routed_payload_in_json(p, d)
+        })
+    }
+
+    /// [`merge_routed_experts_in_json`](Stitcher::merge_routed_experts_in_json)
+    /// on raw JSON bytes; see [`bytes`](crate::bytes).
+    ///
+    /// # Errors
+    ///
+    /// As [`merge_bytes_for_pd`](Stitcher::merge_bytes_for_pd).
+    pub fn merge_bytes_inline(&self, prefill: &[u8], decode: &mut Vec<u8>) -> Result<bool, Error> {
+        crate::bytes::via_value(prefill, decode, |p, d| {
+            self.merge_routed_experts_in_json(p, d)
+        })
+    }
+
+    /// [`prefill_has_routed_experts`](Stitcher::prefill_has_routed_experts) on
+    /// raw JSON bytes.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Json`] when `prefill` is not valid JSON.
+    pub fn prefill_bytes_has_routed_experts(&self, prefill: &[u8]) -> Result<bool, Error> {
+        let prefill = crate::bytes::parse(crate::Side::Prefill, prefill)?;
+        Ok(self.prefill_has_routed_experts(&prefill))
     }
 
     /// Whether `prefill.choices[0]` has rows to stitch: a non-null inline

@@ -41,9 +41,9 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 
 use crate::algebra::Dtype;
+use crate::fields::ROUTED_EXPERTS;
 use crate::gather::{gather_from, Store};
 use crate::sim::{Mode, Request};
-use crate::stitcher::ROUTED_EXPERTS;
 
 /// What [`cases`] generates.
 #[derive(Clone, Debug)]

@@ -27,8 +27,8 @@ use serde_json::{Map, Value};
 
 use crate::algebra::{Dtype, Segment};
 use crate::error::{describe, Error, Location, Side};
+use crate::fields::ROUTED_EXPERTS;
 use crate::json::{self, choice_at};
-use crate::stitcher::ROUTED_EXPERTS;
 
 pub use base64::Base64Error;
 pub use npy::NpyError;
