@@ -20,7 +20,9 @@ use std::fmt::{self, Write as _};
 use serde_json::Value;
 
 use crate::algebra::{Dtype, Overflow, Rows};
-use crate::inline::{Base64Error, Form, NpyError};
+use crate::inline::base64::Base64Error;
+use crate::inline::npy::NpyError;
+use crate::inline::Form;
 
 /// Which response a [`Location`] is in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

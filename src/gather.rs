@@ -24,9 +24,10 @@ use serde_json::{Map, Value};
 use crate::algebra::{Dtype, Rows, Segment};
 use crate::error::{describe, Error, Location, Side};
 use crate::fields::ROUTED_EXPERTS;
-use crate::handle::{item_at, Keys};
+use crate::handle::Keys;
 use crate::inline::{self, Form, NpyError};
 use crate::json::choice_at;
+use crate::response::item_at;
 
 /// The rows of one field of one choice, in position order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -451,7 +452,7 @@ fn segments_of<'a>(
 ) -> impl Iterator<Item = (usize, Result<Segment<String>, Error>)> + 'a {
     items.iter().enumerate().filter_map(move |(j, item)| {
         let object = item.as_object()?;
-        let keys = Keys::of(object).filter(|k| k.field() == field)?;
+        let keys = Keys::of(item).filter(|k| k.field() == field)?;
         let at = || item_at(Side::Response, choice, j);
         let segment = keys
             .segment(&at)

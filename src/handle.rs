@@ -1,43 +1,43 @@
-//! Rows by handle: the `choices[i].payload` segment lists.
+//! Rows by handle: planning the merge of the `choices[i].payload` segment
+//! lists.
 //!
-//! This module maps payload JSON to the [algebra](crate::algebra) and back; the
-//! merge rule itself is [`Cuts::clip_extent`]. Its part of the merge
-//! [plan](crate::merge) is, for each decode choice, the fate of every payload
-//! item (keep, drop, clip); applying it moves the decode's own segment objects
-//! rather than copying them.
+//! This module reads payload JSON through a [`View`] and maps it to the
+//! [algebra](crate::algebra); the merge rule itself is [`Cuts::clip_extent`].
+//! Its part of the merge [plan](crate::merge) is, for each decode choice, the
+//! [`Fate`] of every payload item (keep, drop, clip); the adapters write it.
 //!
 //! This is the hot path of a by-handle router, so it allocates nothing per
 //! segment: a segment's keys are found in one pass over its object and its
 //! geometry is an [`Extent`], a `Copy` value.
 
-use serde_json::{Map, Value};
+use std::borrow::Cow;
 
 use crate::algebra::{row_bytes, Cuts, Dtype, Extent, Segment};
-use crate::error::{describe, Error, Location, Side};
+use crate::error::{Error, Location, Side};
 use crate::json::{self, choice_at};
+use crate::response::{item_at, prefill_payload};
+use crate::view::{describe_view, Kind, View};
 
-/// The prefill's side of the by-handle merge: its stitched segments (the JSON
-/// objects, copied into every decode choice as they are) and their cuts.
-pub(crate) struct Prefill<'p> {
-    prefix: Vec<&'p Value>,
+/// The prefill's side of the by-handle merge: its stitched segments (copied
+/// into every decode choice as they are) and their cuts.
+pub(crate) struct Prefill<V> {
+    /// The prefill's stitched segments, in payload order.
+    pub(crate) prefix: Vec<V>,
     cuts: Cuts,
 }
 
-impl<'p> Prefill<'p> {
+impl<'p, V: View<'p>> Prefill<V> {
     /// Reads and validates the prefill's stitched segments; `None` when it has
     /// none.
-    pub(crate) fn read<S: AsRef<str>>(
-        fields: &[S],
-        prefill: &'p Value,
-    ) -> Result<Option<Prefill<'p>>, Error> {
+    pub(crate) fn read<S: AsRef<str>>(fields: &[S], prefill: V) -> Result<Option<Self>, Error> {
         let mut prefix = Vec::new();
         let mut cuts = Cuts::default();
-        for (j, item) in prefill_payload(prefill).iter().enumerate() {
+        for (j, item) in prefill_payload(prefill).enumerate() {
             let Some(keys) = Keys::stitched(fields, item) else {
                 continue;
             };
             let extent = keys.extent(&|| item_at(Side::Prefill, 0, j))?;
-            cuts.extend(keys.field, extent.end());
+            cuts.extend(&keys.field, extent.end());
             prefix.push(item);
         }
         if prefix.is_empty() {
@@ -46,73 +46,44 @@ impl<'p> Prefill<'p> {
         Ok(Some(Prefill { prefix, cuts }))
     }
 
-    /// Validates decode choice `i` and decides the fate of each of its payload
-    /// items, writing nothing.
-    pub(crate) fn plan<S: AsRef<str>>(
+    /// Validates decode choice `i` (an object) and decides the fate of each
+    /// of its payload items, writing nothing.
+    pub(crate) fn plan<'d, S: AsRef<str>, D: View<'d>>(
         &self,
         fields: &[S],
-        choice: &Map<String, Value>,
+        choice: D,
         i: usize,
     ) -> Result<Plan, Error> {
-        let fates = match choice.get("payload") {
-            None | Some(Value::Null) => Vec::new(),
-            Some(Value::Array(items)) => items
-                .iter()
+        let payload = choice.get("payload");
+        let fates = match payload.map(View::kind) {
+            None | Some(Kind::Null) => Vec::new(),
+            Some(Kind::Array) => payload
+                .and_then(View::elements)
+                .into_iter()
+                .flatten()
                 .enumerate()
                 .map(|(j, item)| fate(fields, &self.cuts, item, || item_at(Side::Decode, i, j)))
                 .collect::<Result<Vec<Fate>, Error>>()?,
-            Some(other) => {
+            Some(_) => {
                 return Err(Error::Structure {
                     at: choice_at(Side::Decode, i).key("payload"),
                     expected: "an array or null",
-                    got: describe(Some(other)),
+                    got: describe_view(payload),
                 })
             }
         };
         Ok(Plan { fates })
     }
-
-    /// Gives `choice` its merged payload, as `plan` decided. Cannot fail.
-    pub(crate) fn apply(&self, plan: Plan, choice: &mut Map<String, Value>) {
-        // Take the old items out in place (not `remove`, which may reorder the
-        // keys of a map under serde_json's `preserve_order`).
-        let items = match choice.get_mut("payload") {
-            Some(Value::Array(items)) => std::mem::take(items),
-            _ => Vec::new(),
-        };
-        let mut merged = Vec::with_capacity(self.prefix.len() + items.len());
-        merged.extend(self.prefix.iter().map(|&segment| segment.clone()));
-        for (mut item, fate) in items.into_iter().zip(plan.fates) {
-            match fate {
-                Fate::Keep => merged.push(item),
-                Fate::Drop => {}
-                Fate::Clip { pos, rows, offset } => {
-                    if let Value::Object(segment) = &mut item {
-                        // The keys exist (the plan read them): overwrite in place.
-                        for (key, value) in [("pos", pos), ("rows", rows), ("offset", offset)] {
-                            match segment.get_mut(key) {
-                                Some(slot) => *slot = Value::from(value),
-                                None => {
-                                    segment.insert(key.to_owned(), Value::from(value));
-                                }
-                            }
-                        }
-                    }
-                    merged.push(item);
-                }
-            }
-        }
-        choice.insert("payload".to_owned(), Value::Array(merged));
-    }
 }
 
 /// The fate of each payload item of one decode choice, in order.
 pub(crate) struct Plan {
-    fates: Vec<Fate>,
+    pub(crate) fates: Vec<Fate>,
 }
 
 /// What the merge does with one item of a decode payload.
-enum Fate {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fate {
     /// Pass it through as it is: a non-stitched item, or a stitched segment
     /// that starts at or after its cut.
     Keep,
@@ -124,70 +95,48 @@ enum Fate {
 
 /// Whether `prefill.choices[0]` carries rows to stitch: a non-null inline
 /// `routed_experts`, or a payload segment of one of `fields`.
-pub(crate) fn prefill_has_rows<S: AsRef<str>>(fields: &[S], prefill: &Value) -> bool {
-    crate::inline::prefill_rows(prefill).is_some()
-        || prefill_payload(prefill)
-            .iter()
-            .any(|item| Keys::stitched(fields, item).is_some())
-}
-
-/// `prefill.choices[0]`, when the prefill has one that is an object.
-pub(crate) fn prefill_choice(prefill: &Value) -> Option<&Map<String, Value>> {
-    prefill.get("choices")?.get(0)?.as_object()
-}
-
-/// The items of `prefill.choices[0].payload`; empty when any step of that path
-/// is missing or of another type. The prefill side is read leniently: a prefill
-/// without usable segments simply has none, and if the decode has rows that
-/// need them, that is reported as [`Error::MissingPrefillField`].
-fn prefill_payload(prefill: &Value) -> &[Value] {
-    prefill_choice(prefill)
-        .and_then(|choice| choice.get("payload"))
-        .and_then(Value::as_array)
-        .map_or(&[], Vec::as_slice)
-}
-
-/// `side choices[choice].payload[item]`.
-pub(crate) fn item_at(side: Side, choice: usize, item: usize) -> Location {
-    choice_at(side, choice).key("payload").index(item)
+pub(crate) fn prefill_has_rows<'a, S: AsRef<str>, V: View<'a>>(fields: &[S], prefill: V) -> bool {
+    crate::response::prefill_rows(prefill).is_some()
+        || prefill_payload(prefill).any(|item| Keys::stitched(fields, item).is_some())
 }
 
 /// The keys of a payload item that the merge reads, found in one pass over
-/// the object (a segment has few keys; one pass beats a lookup per key).
-pub(crate) struct Keys<'v> {
-    field: &'v str,
-    pos: Option<&'v Value>,
-    rows: Option<&'v Value>,
-    offset: Option<&'v Value>,
-    dtype: Option<&'v Value>,
-    shape: Option<&'v Value>,
+/// the object (a segment has few keys; one pass beats a lookup per key). A
+/// repeated key counts once, as its last occurrence, as in `serde_json`.
+pub(crate) struct Keys<'v, V> {
+    field: Cow<'v, str>,
+    pos: Option<V>,
+    rows: Option<V>,
+    offset: Option<V>,
+    dtype: Option<V>,
+    shape: Option<V>,
 }
 
-impl<'v> Keys<'v> {
+impl<'v, V: View<'v>> Keys<'v, V> {
     /// The keys of `item` when it is a stitched segment: an object whose
     /// `field` is a string naming one of `fields`.
-    pub(crate) fn stitched<S: AsRef<str>>(fields: &[S], item: &'v Value) -> Option<Keys<'v>> {
-        let keys = Keys::of(item.as_object()?)?;
+    pub(crate) fn stitched<S: AsRef<str>>(fields: &[S], item: V) -> Option<Self> {
+        let keys = Keys::of(item)?;
         fields
             .iter()
             .any(|f| f.as_ref() == keys.field)
             .then_some(keys)
     }
 
-    /// The keys of `object`, when its `field` is a string.
-    pub(crate) fn of(object: &'v Map<String, Value>) -> Option<Keys<'v>> {
+    /// The keys of `object`, when it is an object whose `field` is a string.
+    pub(crate) fn of(object: V) -> Option<Self> {
         let mut field = None;
         let mut keys = Keys {
-            field: "",
+            field: Cow::Borrowed(""),
             pos: None,
             rows: None,
             offset: None,
             dtype: None,
             shape: None,
         };
-        for (key, value) in object {
-            match key.as_str() {
-                "field" => field = value.as_str(),
+        for (key, value) in object.entries()? {
+            match key.as_ref() {
+                "field" => field = Some(value),
                 "pos" => keys.pos = Some(value),
                 "rows" => keys.rows = Some(value),
                 "offset" => keys.offset = Some(value),
@@ -196,13 +145,13 @@ impl<'v> Keys<'v> {
                 _ => {}
             }
         }
-        keys.field = field?;
+        keys.field = field?.as_str()?;
         Some(keys)
     }
 
     /// The field.
-    pub(crate) fn field(&self) -> &'v str {
-        self.field
+    pub(crate) fn field(&self) -> &str {
+        &self.field
     }
 
     /// Validates the segment (in the order `pos`, `rows`, `offset`, `dtype`,
@@ -212,37 +161,35 @@ impl<'v> Keys<'v> {
         self.parts(at).map(|(extent, _, _)| extent)
     }
 
-    /// The geometry, the dtype and the (validated) shape entries.
-    fn parts(&self, at: &dyn Fn() -> Location) -> Result<(Extent, Dtype, &'v [Value]), Error> {
+    /// The geometry, the dtype and the (validated) shape array.
+    fn parts(&self, at: &dyn Fn() -> Location) -> Result<(Extent, Dtype, V), Error> {
         let pos = json::integer(self.pos, || at().key("pos"))?;
         let rows = json::integer(self.rows, || at().key("rows"))?;
         let offset = json::integer(self.offset, || at().key("offset"))?;
         let dtype = json::dtype(self.dtype, || at().key("dtype"))?;
-        let dims = json::shape(
+        let shape = json::shape(
             self.shape,
             None,
             "an array of non-negative integers",
             || at().key("shape"),
         )?;
         let overflow = |overflow| Error::Overflow { at: at(), overflow };
-        let row_bytes =
-            row_bytes(dtype, dims.iter().filter_map(Value::as_u64)).map_err(overflow)?;
+        let row_bytes = row_bytes(dtype, json::dims(shape)).map_err(overflow)?;
         let extent = Extent::new(offset, pos, rows, row_bytes).map_err(overflow)?;
-        Ok((extent, dtype, dims))
+        Ok((extent, dtype, shape))
     }
 
     /// The whole segment in the algebra, for readers (not the merge).
     pub(crate) fn segment(&self, at: &dyn Fn() -> Location) -> Result<Segment<()>, Error> {
-        let (extent, dtype, dims) = self.parts(at)?;
-        let shape = dims.iter().filter_map(Value::as_u64).collect();
+        let (extent, dtype, shape) = self.parts(at)?;
         Segment::new(
-            self.field,
+            self.field.as_ref(),
             (),
             extent.offset(),
             extent.pos(),
             extent.rows(),
             dtype,
-            shape,
+            json::dims(shape).collect(),
         )
         .map_err(|overflow| Error::Overflow { at: at(), overflow })
     }
@@ -251,20 +198,22 @@ impl<'v> Keys<'v> {
 /// The first error a decode stitched segment causes when the prefill has none:
 /// its own validation error, or else [`Error::MissingPrefillField`]. With
 /// nothing to merge, the decode's structure is not held against it.
-pub(crate) fn first_orphan<S: AsRef<str>>(fields: &[S], decode: &Value) -> Option<Error> {
-    let choices = decode.get("choices")?.as_array()?;
-    for (i, choice) in choices.iter().enumerate() {
-        let Some(items) = choice.get("payload").and_then(Value::as_array) else {
+pub(crate) fn first_orphan<'d, S: AsRef<str>, D: View<'d>>(
+    fields: &[S],
+    decode: D,
+) -> Option<Error> {
+    for (i, choice) in decode.get("choices")?.elements()?.enumerate() {
+        let Some(items) = choice.get("payload").and_then(View::elements) else {
             continue;
         };
-        for (j, item) in items.iter().enumerate() {
+        for (j, item) in items.enumerate() {
             if let Some(keys) = Keys::stitched(fields, item) {
                 let at = || item_at(Side::Decode, i, j);
                 return Some(match keys.extent(&at) {
                     Err(err) => err,
                     Ok(_) => Error::MissingPrefillField {
                         at: at(),
-                        field: keys.field.to_owned(),
+                        field: keys.field.into_owned(),
                     },
                 });
             }
@@ -274,10 +223,10 @@ pub(crate) fn first_orphan<S: AsRef<str>>(fields: &[S], decode: &Value) -> Optio
 }
 
 /// The fate of one decode payload item under `cuts`.
-fn fate<S: AsRef<str>>(
+fn fate<'d, S: AsRef<str>, D: View<'d>>(
     fields: &[S],
     cuts: &Cuts,
-    item: &Value,
+    item: D,
     at: impl Fn() -> Location,
 ) -> Result<Fate, Error> {
     let Some(keys) = Keys::stitched(fields, item) else {
@@ -285,7 +234,7 @@ fn fate<S: AsRef<str>>(
     };
     let extent = keys.extent(&at)?;
     let kept =
-        cuts.clip_extent(keys.field, extent)
+        cuts.clip_extent(&keys.field, extent)
             .map_err(|missing| Error::MissingPrefillField {
                 at: at(),
                 field: missing.field,

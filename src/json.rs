@@ -1,52 +1,69 @@
-//! Reading typed values out of JSON, with errors that say where.
-
-use serde_json::Value;
+//! Reading typed values out of JSON, through a [`View`], with errors that say
+//! where.
 
 use crate::algebra::Dtype;
-use crate::error::{describe, Error, Location};
+use crate::error::{Error, Location};
+use crate::view::{describe_view, Kind, View};
 
 /// A JSON integer in `0..=u64::MAX`, or [`Error::Integer`] at `at()`.
-pub(crate) fn integer(value: Option<&Value>, at: impl FnOnce() -> Location) -> Result<u64, Error> {
-    value.and_then(Value::as_u64).ok_or_else(|| Error::Integer {
+pub(crate) fn integer<'a, V: View<'a>>(
+    value: Option<V>,
+    at: impl FnOnce() -> Location,
+) -> Result<u64, Error> {
+    value.and_then(View::as_u64).ok_or_else(|| Error::Integer {
         at: at(),
-        got: describe(value),
+        got: describe_view(value),
     })
 }
 
 /// A supported dtype name, or [`Error::Dtype`] at `at()`.
-pub(crate) fn dtype(value: Option<&Value>, at: impl FnOnce() -> Location) -> Result<Dtype, Error> {
+pub(crate) fn dtype<'a, V: View<'a>>(
+    value: Option<V>,
+    at: impl FnOnce() -> Location,
+) -> Result<Dtype, Error> {
     value
-        .and_then(Value::as_str)
+        .and_then(View::as_str)
         .and_then(|name| name.parse::<Dtype>().ok())
         .ok_or_else(|| Error::Dtype {
             at: at(),
-            got: describe(value),
+            got: describe_view(value),
         })
 }
 
 /// An array of JSON integers in `0..=u64::MAX`, of exactly `len` entries when
 /// `len` is given; [`Error::Structure`] at `at()` for anything but an array of
 /// that length, [`Error::Integer`] at `at()[k]` for a bad entry. Returns the
-/// validated entries without copying them (`Value::as_u64` is `Some` for each).
-pub(crate) fn shape<'v>(
-    value: Option<&'v Value>,
+/// validated array, so that [`dims`] can read it without copying.
+pub(crate) fn shape<'a, V: View<'a>>(
+    value: Option<V>,
     len: Option<usize>,
     expected: &'static str,
     at: impl Fn() -> Location,
-) -> Result<&'v [Value], Error> {
-    match value {
-        Some(Value::Array(dims)) if len.is_none_or(|n| n == dims.len()) => {
-            for (k, dim) in dims.iter().enumerate() {
-                integer(Some(dim), || at().index(k))?;
-            }
-            Ok(dims)
-        }
-        other => Err(Error::Structure {
-            at: at(),
-            expected,
-            got: describe(other),
-        }),
+) -> Result<V, Error> {
+    let wrong = || Error::Structure {
+        at: at(),
+        expected,
+        got: describe_view(value),
+    };
+    let array = value
+        .filter(|v| v.kind() == Kind::Array)
+        .ok_or_else(wrong)?;
+    if len.is_some_and(|len| array.elements().map_or(0, Iterator::count) != len) {
+        return Err(wrong());
     }
+    for (k, dim) in array.elements().into_iter().flatten().enumerate() {
+        integer(Some(dim), || at().index(k))?;
+    }
+    Ok(array)
+}
+
+/// The entries of an array [`shape`] validated.
+pub(crate) fn dims<'a, V: View<'a>>(shape: V) -> impl Iterator<Item = u64> + 'a {
+    shape
+        .elements()
+        .into_iter()
+        .flatten()
+        .filter_map(View::as_u64)
 }
 
 /// `side choices[choice]`.

@@ -102,11 +102,13 @@ mod handle;
 pub mod inline;
 mod json;
 mod merge;
+mod response;
 #[cfg(any(feature = "cli", feature = "testing"))]
 pub mod sim;
 mod stitcher;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod view;
 
 pub use algebra::{
     cut, merge_segments, row_bytes, Cuts, Dtype, MissingField, Overflow, Rows, Segment,

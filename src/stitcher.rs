@@ -6,7 +6,8 @@ use serde_json::Value;
 use crate::error::Error;
 use crate::fields::ROUTED_EXPERTS;
 use crate::handle;
-use crate::merge::{merge, Kinds};
+use crate::merge::value::merge;
+use crate::merge::Kinds;
 
 const BY_HANDLE: Kinds = Kinds {
     inline: false,

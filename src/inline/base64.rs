@@ -59,6 +59,12 @@ impl<'a> Base64<'a> {
         })
     }
 
+    /// Text that [`Base64::parse`] already accepted, with the length it
+    /// found, seen again (the caller holds the text elsewhere).
+    pub(crate) fn parsed(text: &'a str, len: usize) -> Base64<'a> {
+        Base64 { text, len }
+    }
+
     /// The number of bytes the text encodes.
     pub(crate) fn decoded_len(&self) -> usize {
         self.len

@@ -18,52 +18,26 @@
 //! keep their position modulo 3, and only the rest is decoded and encoded
 //! (see `Encoder`).
 
-mod base64;
-mod npy;
+pub(crate) mod base64;
+mod form;
+pub(crate) mod npy;
 
-use std::fmt;
+use std::borrow::Cow;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::algebra::{Dtype, Segment};
-use crate::error::{describe, Error, Location, Side};
+use crate::error::{Error, Location, Side};
 use crate::fields::ROUTED_EXPERTS;
-use crate::json::{self, choice_at};
+use crate::json;
+use crate::response::{prefill_rows, rows_at};
+use crate::view::{describe_view, Kind, View};
 
 pub use base64::Base64Error;
+pub use form::Form;
 pub use npy::NpyError;
 
 use base64::{Base64, Encoder};
-
-/// The two inline forms of `routed_experts`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Form {
-    /// `{"data", "shape", "start", "dtype"}`: an object.
-    Compact,
-    /// The base64 of a `.npy` file: a string.
-    Npy,
-}
-
-impl fmt::Display for Form {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Form::Compact => "compact (an object)",
-            Form::Npy => "npy (a string)",
-        })
-    }
-}
-
-/// `prefill.choices[0].routed_experts` when it is there and not null.
-pub(crate) fn prefill_rows(prefill: &Value) -> Option<&Value> {
-    crate::handle::prefill_choice(prefill)?
-        .get(ROUTED_EXPERTS)
-        .filter(|value| !value.is_null())
-}
-
-/// `side choices[i].routed_experts`.
-fn rows_at(side: Side, i: usize) -> Location {
-    choice_at(side, i).key(ROUTED_EXPERTS)
-}
 
 /// The prefill's inline rows, validated.
 pub(crate) struct Prefill<'p> {
@@ -73,7 +47,7 @@ pub(crate) struct Prefill<'p> {
 impl<'p> Prefill<'p> {
     /// Reads and validates `prefill.choices[0].routed_experts`; `None` when it
     /// is missing or null.
-    pub(crate) fn read(prefill: &'p Value) -> Result<Option<Prefill<'p>>, Error> {
+    pub(crate) fn read<V: View<'p>>(prefill: V) -> Result<Option<Prefill<'p>>, Error> {
         prefill_rows(prefill)
             .map(|value| {
                 Inline::parse(value, || rows_at(Side::Prefill, 0)).map(|rows| Prefill { rows })
@@ -83,7 +57,7 @@ impl<'p> Prefill<'p> {
 
     /// Validates decode choice `i`'s rows and computes its merged rows,
     /// writing nothing.
-    pub(crate) fn plan(&self, choice: &Map<String, Value>, i: usize) -> Result<Merged, Error> {
+    pub(crate) fn plan<'d, D: View<'d>>(&self, choice: D, i: usize) -> Result<Merged, Error> {
         let at = || rows_at(Side::Decode, i);
         let value = choice
             .get(ROUTED_EXPERTS)
@@ -96,19 +70,22 @@ impl<'p> Prefill<'p> {
 
 /// The first decode choice with inline rows, as an error, when the prefill has
 /// none: its own validation error, or else [`Error::MissingPrefillField`].
-pub(crate) fn first_orphan(decode: &Value) -> Option<Error> {
-    let choices = decode.get("choices")?.as_array()?;
-    choices.iter().enumerate().find_map(|(i, choice)| {
-        let value = choice.get(ROUTED_EXPERTS).filter(|v| !v.is_null())?;
-        let at = || rows_at(Side::Decode, i);
-        Some(match Inline::parse(value, at) {
-            Err(err) => err,
-            Ok(_) => Error::MissingPrefillField {
-                at: at(),
-                field: ROUTED_EXPERTS.to_owned(),
-            },
+pub(crate) fn first_orphan<'d, D: View<'d>>(decode: D) -> Option<Error> {
+    decode
+        .get("choices")?
+        .elements()?
+        .enumerate()
+        .find_map(|(i, choice)| {
+            let value = choice.get(ROUTED_EXPERTS).filter(|v| !v.is_null())?;
+            let at = || rows_at(Side::Decode, i);
+            Some(match Inline::parse(value, at) {
+                Err(err) => err,
+                Ok(_) => Error::MissingPrefillField {
+                    at: at(),
+                    field: ROUTED_EXPERTS.to_owned(),
+                },
+            })
         })
-    })
 }
 
 /// Reads inline rows on their own: their positions and dtype (as an
@@ -119,8 +96,8 @@ pub(crate) fn read_rows(
 ) -> Result<(Form, Segment<()>, Vec<u8>), Error> {
     let rows = Inline::parse(value, at)?;
     let mut bytes = Vec::new();
-    rows.text
-        .decode_range(rows.data, rows.text.decoded_len(), &mut bytes);
+    let text = rows.base64();
+    text.decode_range(rows.data, text.decoded_len(), &mut bytes);
     Ok((rows.form, rows.segment, bytes))
 }
 
@@ -144,89 +121,100 @@ pub(crate) fn npy_file(dtype: Dtype, shape: &[u64], data: &[u8]) -> Result<Vec<u
 struct Inline<'v> {
     form: Form,
     segment: Segment<()>,
-    text: Base64<'v>,
+    /// Canonical base64 (validated), unescaped.
+    text: Cow<'v, str>,
+    /// The number of bytes `text` encodes.
+    decoded_len: usize,
     data: usize,
 }
 
 impl Inline<'_> {
+    /// The validated text.
+    fn base64(&self) -> Base64<'_> {
+        Base64::parsed(&self.text, self.decoded_len)
+    }
+
     /// The number of row bytes.
     fn len(&self) -> usize {
-        self.text.decoded_len().saturating_sub(self.data)
+        self.decoded_len.saturating_sub(self.data)
     }
 }
 
 impl<'v> Inline<'v> {
-    fn parse(value: &'v Value, at: impl Fn() -> Location) -> Result<Inline<'v>, Error> {
-        match value {
-            Value::Object(object) => Inline::compact(object, at),
-            Value::String(text) => Inline::npy(text, at),
-            other => Err(Error::Structure {
+    fn parse<V: View<'v>>(value: V, at: impl Fn() -> Location) -> Result<Inline<'v>, Error> {
+        match value.kind() {
+            Kind::Object => Inline::compact(value, at),
+            Kind::String => Inline::npy(value.as_str().unwrap_or_default(), at),
+            _ => Err(Error::Structure {
                 at: at(),
                 expected: "an object (compact rows) or a string (.npy rows)",
-                got: describe(Some(other)),
+                got: value.describe(),
             }),
         }
     }
 
-    fn compact(
-        object: &'v Map<String, Value>,
-        at: impl Fn() -> Location,
-    ) -> Result<Inline<'v>, Error> {
-        let text = match object.get("data") {
-            Some(Value::String(text)) => text,
-            other => {
+    fn compact<V: View<'v>>(object: V, at: impl Fn() -> Location) -> Result<Inline<'v>, Error> {
+        let data = object.get("data");
+        let text = match data.and_then(View::as_str) {
+            Some(text) => text,
+            None => {
                 return Err(Error::Structure {
                     at: at().key("data"),
                     expected: "a base64 string",
-                    got: describe(other),
+                    got: describe_view(data),
                 })
             }
         };
+        let shape_value = object.get("shape");
         let shape = json::shape(
-            object.get("shape"),
+            shape_value,
             Some(3),
             "an array of 3 non-negative integers",
             || at().key("shape"),
-        )?
-        .iter()
-        .filter_map(Value::as_u64)
-        .collect::<Vec<u64>>();
+        )?;
         let start = json::integer(object.get("start"), || at().key("start"))?;
         let dtype = match object.get("dtype") {
             None => Dtype::Uint8, // older writers omit it
             some => json::dtype(some, || at().key("dtype"))?,
         };
-        let text = Base64::parse(text).map_err(|error| Error::Base64 {
-            at: at().key("data"),
-            error,
-        })?;
-        let &[seq, layers, topk] = shape.as_slice() else {
+        let decoded_len = Base64::parse(&text)
+            .map_err(|error| Error::Base64 {
+                at: at().key("data"),
+                error,
+            })?
+            .decoded_len();
+        let mut dims = json::dims(shape);
+        let (Some(seq), Some(layers), Some(topk)) = (dims.next(), dims.next(), dims.next()) else {
             return Err(Error::Structure {
                 at: at().key("shape"),
                 expected: "an array of 3 non-negative integers",
-                got: describe(object.get("shape")),
+                got: describe_view(shape_value),
             });
         };
         let segment = Segment::new(ROUTED_EXPERTS, (), 0, start, seq, dtype, vec![layers, topk])
             .map_err(|overflow| Error::Overflow { at: at(), overflow })?;
-        check_len(&segment, text.decoded_len(), || at().key("data"))?;
+        check_len(&segment, decoded_len, || at().key("data"))?;
         Ok(Inline {
             form: Form::Compact,
             segment,
             text,
+            decoded_len,
             data: 0,
         })
     }
 
-    fn npy(text: &'v str, at: impl Fn() -> Location) -> Result<Inline<'v>, Error> {
-        let text = Base64::parse(text).map_err(|error| Error::Base64 { at: at(), error })?;
+    fn npy(text: Cow<'v, str>, at: impl Fn() -> Location) -> Result<Inline<'v>, Error> {
+        let decoded_len = Base64::parse(&text)
+            .map_err(|error| Error::Base64 { at: at(), error })?
+            .decoded_len();
+        let base64 = Base64::parsed(&text, decoded_len);
         let npy_error = |error| Error::Npy { at: at(), error };
         // Decode the header only: the rows stay text until the merge needs them.
         let mut prefix = Vec::new();
-        text.decode_range(0, npy::PREFIX, &mut prefix);
+        base64.decode_range(0, npy::PREFIX, &mut prefix);
         let header_end = npy::header_end(&prefix).map_err(npy_error)?;
         let mut head = Vec::new();
-        text.decode_range(0, header_end, &mut head);
+        base64.decode_range(0, header_end, &mut head);
         let header = npy::parse_header(&head).map_err(npy_error)?;
         let &[seq, layers, topk] = header.shape.as_slice() else {
             return Err(npy_error(NpyError::Dimensions(header.shape.len())));
@@ -245,6 +233,7 @@ impl<'v> Inline<'v> {
             form: Form::Npy,
             segment,
             text,
+            decoded_len,
             data: header.data_offset,
         };
         let expected = rows.segment.byte_range().end;
@@ -365,7 +354,8 @@ fn merge(
     for (rows, from) in [(prefill, 0), (decode, skip)] {
         let narrow = usize::try_from(rows.segment.dtype().itemsize()).unwrap_or(1);
         let start = rows.data.saturating_add(from);
-        text.push_widened(&rows.text, start, rows.text.decoded_len(), narrow, wide);
+        let source = rows.base64();
+        text.push_widened(&source, start, source.decoded_len(), narrow, wide);
     }
     let text = text.finish();
     Ok(match prefill.form {
@@ -390,32 +380,4 @@ pub(crate) enum Merged {
     },
     /// The new `.npy` string.
     Npy(String),
-}
-
-impl Merged {
-    /// Writes the merged rows into `choice`. Cannot fail: the plan checked
-    /// that `choice.routed_experts` is of the right form.
-    pub(crate) fn apply(self, choice: &mut Map<String, Value>) {
-        let Some(value) = choice.get_mut(ROUTED_EXPERTS) else {
-            return;
-        };
-        match (self, value) {
-            (
-                Merged::Compact {
-                    data,
-                    shape,
-                    start,
-                    dtype,
-                },
-                Value::Object(object),
-            ) => {
-                object.insert("data".to_owned(), Value::String(data));
-                object.insert("shape".to_owned(), Value::from(shape.to_vec()));
-                object.insert("start".to_owned(), Value::from(start));
-                object.insert("dtype".to_owned(), Value::from(dtype.name()));
-            }
-            (Merged::Npy(text), value) => *value = Value::String(text),
-            (Merged::Compact { .. }, _) => {}
-        }
-    }
 }

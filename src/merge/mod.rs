@@ -1,0 +1,121 @@
+//! The merge plan: one validating pass that decides everything, shared by the
+//! adapters that then write it.
+//!
+//! Both kinds of rows, [inline](crate::inline) and [by handle](crate::handle),
+//! are planned by the same pass, through a [`View`] of each response, so that
+//! the `serde_json::Value` entry points and the [bytes](crate::bytes) ones
+//! make the same decisions and report the same errors:
+//!
+//! 1. **Plan** (reads only): read and validate the prefill's rows of each
+//!    enabled kind; if a kind is absent there, make sure the decode has none of
+//!    it either; then walk every decode choice once and let each kind validate
+//!    it and compute what it will write. Any error returns here, before
+//!    anything is written.
+//! 2. **Apply** (cannot fail): each adapter writes each choice's planned
+//!    values, [`value`] into a `serde_json::Value`, `bytes` into raw text.
+
+pub(crate) mod value;
+
+use crate::error::{Error, Location, Side};
+use crate::json::choice_at;
+use crate::view::{describe_view, Kind, View};
+use crate::{handle, inline};
+
+/// Which kinds of rows a merge stitches.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Kinds {
+    pub(crate) inline: bool,
+    pub(crate) by_handle: bool,
+}
+
+/// Everything a merge writes: the prefill's segments to put in front of every
+/// decode payload, and each decode choice's new values, by choice index.
+pub(crate) struct Plan<V> {
+    /// The prefill's by-handle side, when it is stitched.
+    pub(crate) by_handle: Option<handle::Prefill<V>>,
+    /// What each decode choice gets, in choice order.
+    pub(crate) choices: Vec<ChoicePlan>,
+}
+
+/// What each kind writes into one decode choice.
+pub(crate) struct ChoicePlan {
+    pub(crate) inline: Option<inline::Merged>,
+    pub(crate) by_handle: Option<handle::Plan>,
+}
+
+/// Plans the merge of the enabled kinds of rows of `prefill` into `decode`:
+/// `Ok(None)` when there is nothing to stitch.
+pub(crate) fn plan<'p, 'd, S, P, D>(
+    fields: &[S],
+    prefill: P,
+    decode: D,
+    kinds: Kinds,
+) -> Result<Option<Plan<P>>, Error>
+where
+    S: AsRef<str>,
+    P: View<'p>,
+    D: View<'d>,
+{
+    let inline = if kinds.inline {
+        inline::Prefill::read(prefill)?
+    } else {
+        None
+    };
+    let by_handle = if kinds.by_handle {
+        handle::Prefill::read(fields, prefill)?
+    } else {
+        None
+    };
+    if kinds.inline && inline.is_none() {
+        if let Some(err) = inline::first_orphan(decode) {
+            return Err(err);
+        }
+    }
+    if kinds.by_handle && by_handle.is_none() {
+        if let Some(err) = handle::first_orphan(fields, decode) {
+            return Err(err);
+        }
+    }
+    if inline.is_none() && by_handle.is_none() {
+        return Ok(None);
+    }
+
+    let mut choices = Vec::new();
+    for (i, choice) in decode_choices(decode)?.enumerate() {
+        if choice.kind() != Kind::Object {
+            return Err(Error::Structure {
+                at: choice_at(Side::Decode, i),
+                expected: "an object",
+                got: choice.describe(),
+            });
+        }
+        choices.push(ChoicePlan {
+            inline: inline.as_ref().map(|p| p.plan(choice, i)).transpose()?,
+            by_handle: by_handle
+                .as_ref()
+                .map(|p| p.plan(fields, choice, i))
+                .transpose()?,
+        });
+    }
+    Ok(Some(Plan { by_handle, choices }))
+}
+
+/// The elements of `decode.choices`, which must be an array in an object
+/// when there is something to merge.
+fn decode_choices<'d, D: View<'d>>(decode: D) -> Result<impl Iterator<Item = D> + 'd, Error> {
+    if decode.kind() != Kind::Object {
+        return Err(Error::Structure {
+            at: Location::root(Side::Decode),
+            expected: "an object",
+            got: decode.describe(),
+        });
+    }
+    let choices = decode.get("choices");
+    choices
+        .and_then(View::elements)
+        .ok_or_else(|| Error::Structure {
+            at: Location::root(Side::Decode).key("choices"),
+            expected: "an array",
+            got: describe_view(choices),
+        })
+}

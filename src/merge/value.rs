@@ -1,0 +1,103 @@
+//! The `serde_json::Value` adapter's writing half: applies a [`Plan`] to the
+//! decode response in place.
+
+use serde_json::{Map, Value};
+
+use super::{Kinds, Plan};
+use crate::error::Error;
+use crate::fields::ROUTED_EXPERTS;
+use crate::handle::Fate;
+use crate::inline::Merged;
+
+/// Stitches the enabled kinds of rows of `prefill` into `decode`: plans, then
+/// writes. On error `decode` is untouched.
+pub(crate) fn merge<S: AsRef<str>>(
+    fields: &[S],
+    prefill: &Value,
+    decode: &mut Value,
+    kinds: Kinds,
+) -> Result<bool, Error> {
+    let Some(plan) = super::plan(fields, prefill, &*decode, kinds)? else {
+        return Ok(false);
+    };
+    apply(plan, decode);
+    Ok(true)
+}
+
+/// Writes `plan` into `decode`, which it was made from. Cannot fail.
+fn apply(plan: Plan<&Value>, decode: &mut Value) {
+    let Some(Value::Array(choices)) = decode.get_mut("choices") else {
+        return;
+    };
+    for (choice, planned) in choices.iter_mut().zip(plan.choices) {
+        let Value::Object(choice) = choice else {
+            continue;
+        };
+        if let Some(merged) = planned.inline {
+            write_inline(merged, choice);
+        }
+        if let (Some(prefill), Some(fates)) = (&plan.by_handle, planned.by_handle) {
+            write_payload(&prefill.prefix, &fates.fates, choice);
+        }
+    }
+}
+
+/// Gives `choice` its merged payload: the prefill's segments, then its own
+/// items as `fates` decided.
+fn write_payload(prefix: &[&Value], fates: &[Fate], choice: &mut Map<String, Value>) {
+    // Take the old items out in place (not `remove`, which may reorder the
+    // keys of a map under serde_json's `preserve_order`).
+    let items = match choice.get_mut("payload") {
+        Some(Value::Array(items)) => std::mem::take(items),
+        _ => Vec::new(),
+    };
+    let mut merged = Vec::with_capacity(prefix.len() + items.len());
+    merged.extend(prefix.iter().map(|&segment| segment.clone()));
+    for (mut item, fate) in items.into_iter().zip(fates) {
+        match *fate {
+            Fate::Keep => merged.push(item),
+            Fate::Drop => {}
+            Fate::Clip { pos, rows, offset } => {
+                if let Value::Object(segment) = &mut item {
+                    // The keys exist (the plan read them): overwrite in place.
+                    for (key, value) in [("pos", pos), ("rows", rows), ("offset", offset)] {
+                        match segment.get_mut(key) {
+                            Some(slot) => *slot = Value::from(value),
+                            None => {
+                                segment.insert(key.to_owned(), Value::from(value));
+                            }
+                        }
+                    }
+                }
+                merged.push(item);
+            }
+        }
+    }
+    choice.insert("payload".to_owned(), Value::Array(merged));
+}
+
+/// Writes the merged inline rows into `choice`: the plan checked that
+/// `choice.routed_experts` is of the right form.
+fn write_inline(merged: Merged, choice: &mut Map<String, Value>) {
+    let Some(value) = choice.get_mut(ROUTED_EXPERTS) else {
+        return;
+    };
+    match (merged, value) {
+        (
+            Merged::Compact {
+                data,
+                shape,
+                start,
+                dtype,
+            },
+            Value::Object(object),
+        ) => {
+            object.insert("data".to_owned(), Value::String(data));
+            object.insert("shape".to_owned(), Value::from(shape.to_vec()));
+            object.insert("start".to_owned(), Value::from(start));
+            object.insert("dtype".to_owned(), Value::from(dtype.name()));
+        }
+        (Merged::Npy(text), value) => *value = Value::String(text),
+        (Merged::Compact { .. }, _) => {}
+    }
+}

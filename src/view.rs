@@ -1,0 +1,120 @@
+//! [`View`]: the read-only window onto a JSON response that the merge plan
+//! reads through.
+//!
+//! The plan of a merge (which payload item is kept, dropped or clipped; what
+//! the merged inline rows are) is computed once, by code generic over this
+//! trait, and shared by the two adapters that differ only in how they read
+//! and write: the `serde_json::Value` entry points, and [`bytes`](crate::bytes),
+//! which reads an index of the raw text and rewrites only the stitched values.
+//!
+//! A view answers the questions `serde_json::Value` answers, with its
+//! semantics: an object's duplicate keys resolve to the last one, keys and
+//! strings are compared unescaped, and a number is a `u64` only when it is an
+//! integer in `0..=u64::MAX` written without a fraction or an exponent.
+
+use std::borrow::Cow;
+
+use serde_json::Value;
+
+use crate::error::describe;
+
+/// The JSON type of a value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Null,
+    Bool,
+    Number,
+    String,
+    Array,
+    Object,
+}
+
+/// A JSON value, seen without being copied.
+///
+/// `'a` is the lifetime of the text or tree the view borrows from.
+pub(crate) trait View<'a>: Copy + 'a {
+    /// The value's JSON type.
+    fn kind(self) -> Kind;
+
+    /// The value as a `u64`, when it is an integer in `0..=u64::MAX`.
+    fn as_u64(self) -> Option<u64>;
+
+    /// The value as a string, unescaped (borrowed when it needs no
+    /// unescaping).
+    fn as_str(self) -> Option<Cow<'a, str>>;
+
+    /// The value of `key` when this is an object that has it (the last one,
+    /// when the key is repeated).
+    fn get(self, key: &str) -> Option<Self>;
+
+    /// The elements, when this is an array.
+    fn elements(self) -> Option<impl Iterator<Item = Self> + 'a>;
+
+    /// The entries in text order, keys unescaped, when this is an object. A
+    /// repeated key is seen once per occurrence: a reader that keeps the last
+    /// sees what `serde_json` keeps.
+    fn entries(self) -> Option<impl Iterator<Item = (Cow<'a, str>, Self)> + 'a>;
+
+    /// The value as an error message shows it (see [`describe`]).
+    fn describe(self) -> String;
+
+    /// Whether the value is JSON `null`.
+    fn is_null(self) -> bool {
+        self.kind() == Kind::Null
+    }
+
+    /// The `i`-th element, when this is an array that long.
+    fn index(self, i: usize) -> Option<Self> {
+        self.elements()?.nth(i)
+    }
+}
+
+/// [`describe`] for an optional view: `nothing` for a missing key.
+pub(crate) fn describe_view<'a, V: View<'a>>(value: Option<V>) -> String {
+    value.map_or_else(|| describe(None), View::describe)
+}
+
+impl<'a> View<'a> for &'a Value {
+    fn kind(self) -> Kind {
+        match self {
+            Value::Null => Kind::Null,
+            Value::Bool(_) => Kind::Bool,
+            Value::Number(_) => Kind::Number,
+            Value::String(_) => Kind::String,
+            Value::Array(_) => Kind::Array,
+            Value::Object(_) => Kind::Object,
+        }
+    }
+
+    fn as_u64(self) -> Option<u64> {
+        Value::as_u64(self)
+    }
+
+    fn as_str(self) -> Option<Cow<'a, str>> {
+        Value::as_str(self).map(Cow::Borrowed)
+    }
+
+    fn get(self, key: &str) -> Option<Self> {
+        self.as_object()?.get(key)
+    }
+
+    fn elements(self) -> Option<impl Iterator<Item = Self> + 'a> {
+        Some(self.as_array()?.iter())
+    }
+
+    fn entries(self) -> Option<impl Iterator<Item = (Cow<'a, str>, Self)> + 'a> {
+        Some(
+            self.as_object()?
+                .iter()
+                .map(|(key, value)| (Cow::Borrowed(key.as_str()), value)),
+        )
+    }
+
+    fn describe(self) -> String {
+        describe(Some(self))
+    }
+
+    fn index(self, i: usize) -> Option<Self> {
+        self.as_array()?.get(i)
+    }
+}
