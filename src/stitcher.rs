@@ -140,9 +140,7 @@ impl Stitcher {
     /// [`Error::Json`] when either side is not valid JSON, else as the `Value`
     /// method; on error `decode` is unchanged.
     pub fn merge_bytes_for_pd(&self, prefill: &[u8], decode: &mut Vec<u8>) -> Result<bool, Error> {
-        crate::bytes::via_value(prefill, decode, |p, d| {
-            self.merge_routed_experts_for_pd(p, d)
-        })
+        crate::bytes::merge(&self.fields, prefill, decode, BOTH)
     }
 
     /// [`merge_routed_payload_in_json`](Stitcher::merge_routed_payload_in_json)
@@ -152,9 +150,7 @@ impl Stitcher {
     ///
     /// As [`merge_bytes_for_pd`](Stitcher::merge_bytes_for_pd).
     pub fn merge_bytes_payload(&self, prefill: &[u8], decode: &mut Vec<u8>) -> Result<bool, Error> {
-        crate::bytes::via_value(prefill, decode, |p, d| {
-            self.merge_routed_payload_in_json(p, d)
-        })
+        crate::bytes::merge(&self.fields, prefill, decode, BY_HANDLE)
     }
 
     /// [`merge_routed_experts_in_json`](Stitcher::merge_routed_experts_in_json)
@@ -164,9 +160,7 @@ impl Stitcher {
     ///
     /// As [`merge_bytes_for_pd`](Stitcher::merge_bytes_for_pd).
     pub fn merge_bytes_inline(&self, prefill: &[u8], decode: &mut Vec<u8>) -> Result<bool, Error> {
-        crate::bytes::via_value(prefill, decode, |p, d| {
-            self.merge_routed_experts_in_json(p, d)
-        })
+        crate::bytes::merge(&self.fields, prefill, decode, INLINE)
     }
 
     /// [`prefill_has_routed_experts`](Stitcher::prefill_has_routed_experts) on
@@ -176,8 +170,7 @@ impl Stitcher {
     ///
     /// [`Error::Json`] when `prefill` is not valid JSON.
     pub fn prefill_bytes_has_routed_experts(&self, prefill: &[u8]) -> Result<bool, Error> {
-        let prefill = crate::bytes::parse(crate::Side::Prefill, prefill)?;
-        Ok(self.prefill_has_routed_experts(&prefill))
+        crate::bytes::prefill_has_rows(&self.fields, prefill)
     }
 
     /// Whether `prefill.choices[0]` has rows to stitch: a non-null inline

@@ -1,0 +1,752 @@
+//! A validating JSON scanner that indexes only what the merge reads.
+//!
+//! [`Doc::scan`] reads a whole response, accepting exactly what
+//! `serde_json::from_slice::<Value>` accepts: UTF-8, the JSON grammar with
+//! nothing but whitespace (space, tab, line feed, carriage return) after the
+//! value, string escapes with paired surrogates, no control characters in
+//! strings, numbers that fit an `f64`, and nesting at most 127 arrays or
+//! objects deep. It builds no value: it records a [`Node`] (type, text span,
+//! key) for the values on the paths a merge reads, `choices[i].payload` and
+//! `choices[i].routed_experts` in full and the keys above them, and only
+//! validates everything else. A node's subtree is laid out after it, so a
+//! node's children are found by skipping subtrees.
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+use crate::fields::ROUTED_EXPERTS;
+use crate::view::Kind;
+
+/// Nesting `serde_json` refuses: its recursion limit of 128 is reached at the
+/// 128th nested array or object.
+const MAX_DEPTH: usize = 127;
+
+/// A validated JSON text and the nodes of the paths a merge reads.
+#[derive(Debug)]
+pub(crate) struct Doc<'a> {
+    text: &'a [u8],
+    nodes: Vec<Node>,
+}
+
+/// One recorded value.
+#[derive(Clone, Debug)]
+pub(crate) struct Node {
+    pub(crate) kind: Kind,
+    /// The value's text (a string's with its quotes).
+    pub(crate) span: Range<usize>,
+    /// The key's text between its quotes, for an object member.
+    pub(crate) key: Range<usize>,
+    /// The index one past this node's recorded subtree.
+    pub(crate) end: usize,
+    /// Whether the key has escapes.
+    pub(crate) key_escaped: bool,
+    /// Whether the value is a string with escapes.
+    pub(crate) escaped: bool,
+    /// Whether the value's children were recorded.
+    pub(crate) indexed: bool,
+}
+
+/// Why a text is not JSON: where reading stopped, and what was wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Invalid {
+    pub(crate) offset: usize,
+    pub(crate) message: &'static str,
+}
+
+/// What to record of a value and its children.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Record {
+    /// The response: its members, and `choices` one level further.
+    Root,
+    /// `choices`: its elements, as choices.
+    Choices,
+    /// One choice: its members, `payload` and `routed_experts` in full.
+    Choice,
+    /// Everything below.
+    Deep,
+    /// The value itself, not its children.
+    Opaque,
+    /// Nothing: validate only.
+    Skip,
+}
+
+impl Record {
+    /// What to record of the member `key` of an object recorded as `self`.
+    fn member(self, key: &[u8]) -> Record {
+        match self {
+            Record::Root if key == b"choices" => Record::Choices,
+            Record::Choice if key == b"payload" || key == ROUTED_EXPERTS.as_bytes() => Record::Deep,
+            Record::Root | Record::Choice => Record::Opaque,
+            Record::Deep => Record::Deep,
+            Record::Choices | Record::Opaque | Record::Skip => Record::Skip,
+        }
+    }
+
+    /// What to record of an element of an array recorded as `self`.
+    fn element(self) -> Record {
+        match self {
+            Record::Choices => Record::Choice,
+            Record::Deep => Record::Deep,
+            _ => Record::Skip,
+        }
+    }
+}
+
+impl<'a> Doc<'a> {
+    /// Validates `text` and records its merge paths.
+    pub(crate) fn scan(text: &'a [u8]) -> Result<Doc<'a>, Invalid> {
+        let mut scanner = Scanner {
+            text,
+            at: 0,
+            nodes: Vec::new(),
+            scratch: Vec::new(),
+        };
+        scanner.whitespace();
+        scanner.value(Record::Root, 0..0, false, 0)?;
+        scanner.whitespace();
+        if scanner.at < text.len() {
+            return Err(scanner.invalid("trailing characters"));
+        }
+        Ok(Doc {
+            text,
+            nodes: scanner.nodes,
+        })
+    }
+
+    /// The node `i`.
+    pub(crate) fn node(&self, i: usize) -> Option<&Node> {
+        self.nodes.get(i)
+    }
+
+    /// The bytes of `range` of the text.
+    pub(crate) fn slice(&self, range: Range<usize>) -> &'a [u8] {
+        self.text.get(range).unwrap_or_default()
+    }
+
+    /// The content of a string whose text (quotes excluded) is `range`,
+    /// unescaped when `escaped`.
+    pub(crate) fn string(&self, range: Range<usize>, escaped: bool) -> Cow<'a, str> {
+        let raw = self.slice(range);
+        if escaped {
+            let mut out = Vec::with_capacity(raw.len());
+            unescape(raw, &mut out);
+            Cow::Owned(String::from_utf8(out).unwrap_or_default())
+        } else {
+            // Validated UTF-8 (the scanner checked every non-ASCII byte).
+            Cow::Borrowed(std::str::from_utf8(raw).unwrap_or_default())
+        }
+    }
+}
+
+struct Scanner<'a> {
+    text: &'a [u8],
+    at: usize,
+    nodes: Vec<Node>,
+    /// Unescaped keys of the levels whose keys choose what to record.
+    scratch: Vec<u8>,
+}
+
+impl Scanner<'_> {
+    fn invalid(&self, message: &'static str) -> Invalid {
+        Invalid {
+            offset: self.at.min(self.text.len()),
+            message,
+        }
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.text.get(self.at).copied()
+    }
+
+    fn whitespace(&mut self) {
+        while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.peek() {
+            self.at += 1;
+        }
+    }
+
+    /// Reads one value at `self.at` (no leading whitespace), recording it as
+    /// `record` says; `key` is its key's span when it is an object member.
+    fn value(
+        &mut self,
+        record: Record,
+        key: Range<usize>,
+        key_escaped: bool,
+        depth: usize,
+    ) -> Result<(), Invalid> {
+        let start = self.at;
+        let index = self.nodes.len();
+        let recorded = record != Record::Skip;
+        if recorded {
+            self.nodes.push(Node {
+                kind: Kind::Null,
+                span: start..start,
+                key,
+                end: index + 1,
+                key_escaped,
+                escaped: false,
+                indexed: false,
+            });
+        }
+        let mut escaped = false;
+        let kind = match self.peek() {
+            Some(b'{') => {
+                self.object(record, depth + 1)?;
+                Kind::Object
+            }
+            Some(b'[') => {
+                self.array(record, depth + 1)?;
+                Kind::Array
+            }
+            Some(b'"') => {
+                escaped = self.string()?;
+                Kind::String
+            }
+            Some(b't') => self.literal(b"true", Kind::Bool)?,
+            Some(b'f') => self.literal(b"false", Kind::Bool)?,
+            Some(b'n') => self.literal(b"null", Kind::Null)?,
+            Some(b'-' | b'0'..=b'9') => {
+                self.number()?;
+                Kind::Number
+            }
+            Some(_) => return Err(self.invalid("expected value")),
+            None => return Err(self.invalid("EOF while parsing a value")),
+        };
+        if recorded {
+            let end = self.nodes.len();
+            if let Some(node) = self.nodes.get_mut(index) {
+                node.kind = kind;
+                node.span = start..self.at;
+                node.end = end;
+                node.escaped = escaped;
+                node.indexed = Self::children(record) && matches!(kind, Kind::Array | Kind::Object);
+            }
+        }
+        Ok(())
+    }
+
+    fn literal(&mut self, word: &[u8], kind: Kind) -> Result<Kind, Invalid> {
+        for &expected in word {
+            match self.peek() {
+                Some(b) if b == expected => self.at += 1,
+                Some(_) => return Err(self.invalid("expected ident")),
+                None => return Err(self.invalid("EOF while parsing a value")),
+            }
+        }
+        Ok(kind)
+    }
+
+    /// Whether a value recorded as `record` records its children.
+    fn children(record: Record) -> bool {
+        matches!(
+            record,
+            Record::Root | Record::Choices | Record::Choice | Record::Deep
+        )
+    }
+
+    fn array(&mut self, record: Record, depth: usize) -> Result<(), Invalid> {
+        if depth > MAX_DEPTH {
+            return Err(self.invalid("recursion limit exceeded"));
+        }
+        self.at += 1; // '['
+        let element = if Self::children(record) {
+            record.element()
+        } else {
+            Record::Skip
+        };
+        self.whitespace();
+        if self.peek() == Some(b']') {
+            self.at += 1;
+            return Ok(());
+        }
+        loop {
+            self.value(element, 0..0, false, depth)?;
+            self.whitespace();
+            match self.peek() {
+                Some(b',') => {
+                    self.at += 1;
+                    self.whitespace();
+                }
+                Some(b']') => {
+                    self.at += 1;
+                    return Ok(());
+                }
+                Some(_) => return Err(self.invalid("expected `,` or `]`")),
+                None => return Err(self.invalid("EOF while parsing a list")),
+            }
+        }
+    }
+
+    fn object(&mut self, record: Record, depth: usize) -> Result<(), Invalid> {
+        if depth > MAX_DEPTH {
+            return Err(self.invalid("recursion limit exceeded"));
+        }
+        self.at += 1; // '{'
+        let members = Self::children(record);
+        self.whitespace();
+        if self.peek() == Some(b'}') {
+            self.at += 1;
+            return Ok(());
+        }
+        loop {
+            match self.peek() {
+                Some(b'"') => {}
+                Some(_) => return Err(self.invalid("key must be a string")),
+                None => return Err(self.invalid("EOF while parsing an object")),
+            }
+            let key_start = self.at + 1;
+            let key_escaped = self.string()?;
+            let key = key_start..self.at - 1;
+            let child = if members {
+                self.member_record(record, key.clone(), key_escaped)
+            } else {
+                Record::Skip
+            };
+            self.whitespace();
+            match self.peek() {
+                Some(b':') => self.at += 1,
+                Some(_) => return Err(self.invalid("expected `:`")),
+                None => return Err(self.invalid("EOF while parsing an object")),
+            }
+            self.whitespace();
+            self.value(child, key, key_escaped, depth)?;
+            self.whitespace();
+            match self.peek() {
+                Some(b',') => {
+                    self.at += 1;
+                    self.whitespace();
+                }
+                Some(b'}') => {
+                    self.at += 1;
+                    return Ok(());
+                }
+                Some(_) => return Err(self.invalid("expected `,` or `}`")),
+                None => return Err(self.invalid("EOF while parsing an object")),
+            }
+        }
+    }
+
+    /// What to record of the member with the key text `key`.
+    fn member_record(&mut self, record: Record, key: Range<usize>, escaped: bool) -> Record {
+        let raw = self.text.get(key).unwrap_or_default();
+        if !escaped {
+            return record.member(raw);
+        }
+        if record == Record::Deep {
+            return Record::Deep; // no key decides anything below
+        }
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        unescape(raw, &mut scratch);
+        let child = record.member(&scratch);
+        self.scratch = scratch;
+        child
+    }
+
+    /// Reads a string at `self.at` (its opening quote); returns whether it
+    /// has escapes.
+    fn string(&mut self) -> Result<bool, Invalid> {
+        self.at += 1; // '"'
+        let mut escaped = false;
+        loop {
+            self.at += plain_run(self.text.get(self.at..).unwrap_or_default());
+            match self.peek() {
+                Some(b'"') => {
+                    self.at += 1;
+                    return Ok(escaped);
+                }
+                Some(b'\\') => {
+                    escaped = true;
+                    self.escape()?;
+                }
+                Some(b) if b < 0x20 => {
+                    return Err(self.invalid(
+                        "control character (\\u0000-\\u001F) found while parsing a string",
+                    ))
+                }
+                Some(b) => {
+                    // Not ASCII: one UTF-8 character, checked as std checks it.
+                    let width = utf8_width(b);
+                    let end = self.at.saturating_add(width).min(self.text.len());
+                    let char_ok = width > 0
+                        && end - self.at == width
+                        && std::str::from_utf8(self.text.get(self.at..end).unwrap_or_default())
+                            .is_ok();
+                    if !char_ok {
+                        return Err(self.invalid("invalid unicode code point"));
+                    }
+                    self.at = end;
+                }
+                None => return Err(self.invalid("EOF while parsing a string")),
+            }
+        }
+    }
+
+    /// Reads an escape at `self.at` (its backslash).
+    fn escape(&mut self) -> Result<(), Invalid> {
+        self.at += 1;
+        match self.peek() {
+            Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => {
+                self.at += 1;
+                Ok(())
+            }
+            Some(b'u') => {
+                self.at += 1;
+                let first = self.hex4()?;
+                if (0xDC00..=0xDFFF).contains(&first) {
+                    return Err(self.invalid("lone leading surrogate in hex escape"));
+                }
+                if !(0xD800..=0xDBFF).contains(&first) {
+                    return Ok(());
+                }
+                // A leading surrogate needs a trailing one, escaped.
+                if self.peek() != Some(b'\\') {
+                    return Err(self.unexpected_end());
+                }
+                self.at += 1;
+                if self.peek() != Some(b'u') {
+                    return Err(self.unexpected_end());
+                }
+                self.at += 1;
+                let second = self.hex4()?;
+                if !(0xDC00..=0xDFFF).contains(&second) {
+                    return Err(self.invalid("lone leading surrogate in hex escape"));
+                }
+                Ok(())
+            }
+            Some(_) => Err(self.invalid("invalid escape")),
+            None => Err(self.invalid("EOF while parsing a string")),
+        }
+    }
+
+    fn unexpected_end(&self) -> Invalid {
+        if self.at >= self.text.len() {
+            self.invalid("EOF while parsing a string")
+        } else {
+            self.invalid("unexpected end of hex escape")
+        }
+    }
+
+    fn hex4(&mut self) -> Result<u16, Invalid> {
+        let mut n = 0u16;
+        for _ in 0..4 {
+            let digit = match self.peek() {
+                Some(b) => (b as char).to_digit(16),
+                None => return Err(self.invalid("EOF while parsing a string")),
+            };
+            let Some(digit) = digit else {
+                return Err(self.invalid("invalid escape"));
+            };
+            n = n << 4 | digit as u16;
+            self.at += 1;
+        }
+        Ok(n)
+    }
+
+    /// Reads a number at `self.at`.
+    fn number(&mut self) -> Result<(), Invalid> {
+        let start = self.at;
+        if self.peek() == Some(b'-') {
+            self.at += 1;
+        }
+        match self.peek() {
+            Some(b'0') => {
+                self.at += 1;
+                if let Some(b'0'..=b'9') = self.peek() {
+                    return Err(self.invalid("invalid number"));
+                }
+            }
+            Some(b'1'..=b'9') => self.digits(),
+            Some(_) => return Err(self.invalid("invalid number")),
+            None => return Err(self.invalid("EOF while parsing a value")),
+        }
+        let int_end = self.at;
+        let mut plain = true;
+        if self.peek() == Some(b'.') {
+            plain = false;
+            self.at += 1;
+            match self.peek() {
+                Some(b'0'..=b'9') => self.digits(),
+                Some(_) => return Err(self.invalid("invalid number")),
+                None => return Err(self.invalid("EOF while parsing a value")),
+            }
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            plain = false;
+            self.at += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.at += 1;
+            }
+            match self.peek() {
+                Some(b'0'..=b'9') => self.digits(),
+                Some(_) => return Err(self.invalid("invalid number")),
+                None => return Err(self.invalid("EOF while parsing a value")),
+            }
+        }
+        // serde_json refuses a number whose value overflows an f64. Only a
+        // long one can: a short one is read by serde_json itself to decide.
+        let int_digits = int_end - start;
+        let long = if plain {
+            int_digits > 300
+        } else {
+            self.at - start > 300 || exponent_digits(self.text.get(start..self.at)) > 2
+        };
+        if long {
+            let text = self.text.get(start..self.at).unwrap_or_default();
+            if serde_json::from_slice::<serde_json::Value>(text).is_err() {
+                self.at = start;
+                return Err(self.invalid("number out of range"));
+            }
+        }
+        Ok(())
+    }
+
+    fn digits(&mut self) {
+        while let Some(b'0'..=b'9') = self.peek() {
+            self.at += 1;
+        }
+    }
+}
+
+/// How many digits the exponent of a number's text has (0 without one).
+fn exponent_digits(text: Option<&[u8]>) -> usize {
+    let text = text.unwrap_or_default();
+    match text.iter().position(|&b| b == b'e' || b == b'E') {
+        Some(e) => text
+            .get(e + 1..)
+            .unwrap_or_default()
+            .iter()
+            .filter(|b| b.is_ascii_digit())
+            .count(),
+        None => 0,
+    }
+}
+
+/// The length of the run of string bytes at the start of `text` that need no
+/// attention: printable ASCII other than `"` and `\`. Checks 32 bytes at a
+/// time without branching (which vectorizes), and finds the exact place only
+/// in the chunk that stops the run.
+fn plain_run(text: &[u8]) -> usize {
+    const CHUNK: usize = 32;
+    // Outside 0x20..0x80 (one subtraction), or a quote or a backslash.
+    let special = |b: u8| (b.wrapping_sub(0x20) >= 0x60) | (b == b'"') | (b == b'\\');
+    let mut done = 0;
+    for chunk in text.chunks_exact(CHUNK) {
+        if chunk.iter().fold(false, |any, &b| any | special(b)) {
+            break;
+        }
+        done += CHUNK;
+    }
+    done + text
+        .get(done..)
+        .unwrap_or_default()
+        .iter()
+        .position(|&b| special(b))
+        .unwrap_or(text.len() - done)
+}
+
+/// The length of the UTF-8 character that starts with `lead`, 0 when `lead`
+/// cannot start one.
+fn utf8_width(lead: u8) -> usize {
+    match lead {
+        0xC2..=0xDF => 2,
+        0xE0..=0xEF => 3,
+        0xF0..=0xF4 => 4,
+        _ => 0,
+    }
+}
+
+/// Appends the unescaped content of the validated string text `raw` (quotes
+/// excluded) to `out`.
+pub(crate) fn unescape(raw: &[u8], out: &mut Vec<u8>) {
+    let mut i = 0;
+    while let Some(&b) = raw.get(i) {
+        if b != b'\\' {
+            out.push(b);
+            i += 1;
+            continue;
+        }
+        let Some(&e) = raw.get(i + 1) else {
+            return;
+        };
+        i += 2;
+        let byte = match e {
+            b'"' => b'"',
+            b'\\' => b'\\',
+            b'/' => b'/',
+            b'b' => 0x08,
+            b'f' => 0x0c,
+            b'n' => b'\n',
+            b'r' => b'\r',
+            b't' => b'\t',
+            b'u' => {
+                let hex = |at: usize| {
+                    raw.get(at..at + 4)
+                        .and_then(|h| std::str::from_utf8(h).ok())
+                        .and_then(|h| u32::from_str_radix(h, 16).ok())
+                        .unwrap_or(0xFFFD)
+                };
+                let first = hex(i);
+                i += 4;
+                let code = if (0xD800..=0xDBFF).contains(&first) {
+                    // Validated: `\uDCxx` follows.
+                    let second = hex(i + 2);
+                    i += 6;
+                    0x10000 + ((first - 0xD800) << 10) + (second.wrapping_sub(0xDC00) & 0x3FF)
+                } else {
+                    first
+                };
+                let c = char::from_u32(code).unwrap_or('\u{FFFD}');
+                let mut buf = [0u8; 4];
+                out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+                continue;
+            }
+            _ => e,
+        };
+        out.push(byte);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn same_as_serde(text: &[u8]) {
+        let ours = Doc::scan(text).map(|_| ());
+        let theirs = serde_json::from_slice::<serde_json::Value>(text).map(|_| ());
+        assert_eq!(
+            ours.is_ok(),
+            theirs.is_ok(),
+            "{:?}: ours {ours:?}, serde_json {theirs:?}",
+            String::from_utf8_lossy(text)
+        );
+    }
+
+    #[test]
+    fn accepts_and_refuses_what_serde_json_does() {
+        let cases: &[&[u8]] = &[
+            b"",
+            b" ",
+            b"{}",
+            b"[]",
+            b"[1,]",
+            b"{,}",
+            b"{\"a\":1,}",
+            b"[1 2]",
+            b"01",
+            b"-0",
+            b"-",
+            b"1.",
+            b"1.e5",
+            b"1e",
+            b"1e+",
+            b"1E-7",
+            b"0.5",
+            b"-01",
+            b"+1",
+            b"1e400",
+            b"-1e400",
+            b"1e-400",
+            b"123456789012345678901234567890",
+            b"[1e308, 1.8e308]",
+            b"tru",
+            b"truex",
+            b"nul",
+            b"\"\\u12\"",
+            b"\"\\ud800\"",
+            b"\"\\udc00\"",
+            b"\"\\ud800\\udc00\"",
+            b"\"\\ud800\\u0041\"",
+            b"\"\\ud800x\"",
+            b"\"\\x\"",
+            b"\"a\x01\"",
+            b"\"\x7f\"",
+            b"\"\xff\"",
+            b"\"\xc3\xa9\"",
+            b"\"\xc3\"",
+            b"\"\xed\xa0\x80\"",
+            b"\"\xf4\x90\x80\x80\"",
+            b"\xef\xbb\xbf{}",
+            b"{} x",
+            b"{}\n\t\r ",
+            b"{\"a\" 1}",
+            b"{1:2}",
+            b"[\"\\/\"]",
+            b"\"\\u00e9\"",
+            b"{\"a\":[{\"b\":null}]}",
+            b"\x0c{}",
+        ];
+        for case in cases {
+            same_as_serde(case);
+        }
+    }
+
+    #[test]
+    fn nesting_stops_where_serde_json_stops() {
+        for depth in [1, 126, 127, 128, 129, 100_000] {
+            let text = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+            same_as_serde(text.as_bytes());
+            let text = format!("{}1{}", "{\"a\":".repeat(depth), "}".repeat(depth));
+            same_as_serde(text.as_bytes());
+        }
+        // Unclosed, a million deep: an error, not a stack overflow.
+        assert!(Doc::scan("[".repeat(1_000_000).as_bytes()).is_err());
+    }
+
+    #[test]
+    fn long_numbers_are_decided_by_serde_json() {
+        for case in [
+            format!("1{}", "0".repeat(400)),
+            format!("0.{}1", "0".repeat(400)),
+            "1e99999999999999999999".to_owned(),
+            "0e99999999999999999999".to_owned(),
+            "1e-99999999999999999999".to_owned(),
+            "17976931348623157e292".to_owned(),
+            "17976931348623159e292".to_owned(),
+        ] {
+            same_as_serde(case.as_bytes());
+        }
+    }
+
+    #[test]
+    fn unescape_matches_serde_json() {
+        for text in [
+            r#""plain""#,
+            r#""a\"b\\c\/d\be\ff\ng\rh\ti""#,
+            r#""caf\u00e9 \ud83d\ude00 \u0000""#,
+        ] {
+            let expected: String = serde_json::from_str(text).unwrap();
+            let raw = &text.as_bytes()[1..text.len() - 1];
+            let mut out = Vec::new();
+            unescape(raw, &mut out);
+            assert_eq!(String::from_utf8(out).unwrap(), expected);
+        }
+    }
+
+    #[test]
+    fn records_the_merge_paths_and_only_them() {
+        let text = br#"{"id": "x", "choices": [{"logprobs": [1, 2], "payload": [{"pos": 1}], "routed_experts": null}], "usage": {"a": 1}}"#;
+        let doc = Doc::scan(text).unwrap();
+        let spans: Vec<&str> = doc
+            .nodes
+            .iter()
+            .map(|n| std::str::from_utf8(&text[n.span.clone()]).unwrap())
+            .collect();
+        assert_eq!(
+            spans,
+            [
+                std::str::from_utf8(text).unwrap(),
+                "\"x\"",
+                r#"[{"logprobs": [1, 2], "payload": [{"pos": 1}], "routed_experts": null}]"#,
+                r#"{"logprobs": [1, 2], "payload": [{"pos": 1}], "routed_experts": null}"#,
+                "[1, 2]",
+                r#"[{"pos": 1}]"#,
+                r#"{"pos": 1}"#,
+                "1",
+                "null",
+                r#"{"a": 1}"#,
+            ]
+        );
+        assert!(!doc.nodes[4].indexed, "logprobs is opaque");
+        assert!(doc.nodes[5].indexed, "payload is recorded in full");
+    }
+}

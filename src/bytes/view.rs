@@ -1,0 +1,117 @@
+//! [`Node`]: a [`View`] of a value recorded by the [scanner](super::scan),
+//! with `serde_json::Value`'s semantics read off the raw text.
+
+use std::borrow::Cow;
+
+use serde_json::Value;
+
+use super::scan::Doc;
+use crate::error::describe;
+use crate::view::{Kind, View};
+
+/// A recorded value of a scanned text.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Node<'d> {
+    doc: &'d Doc<'d>,
+    index: usize,
+}
+
+impl<'d> Node<'d> {
+    /// The root of `doc`.
+    pub(crate) fn root(doc: &'d Doc<'d>) -> Node<'d> {
+        Node { doc, index: 0 }
+    }
+
+    fn node(self) -> Option<&'d super::scan::Node> {
+        self.doc.node(self.index)
+    }
+
+    /// The value's text.
+    pub(crate) fn text(self) -> &'d [u8] {
+        self.node()
+            .map_or(&[][..], |node| self.doc.slice(node.span.clone()))
+    }
+
+    /// The byte range of the value's text in the document.
+    pub(crate) fn span(self) -> std::ops::Range<usize> {
+        self.node().map_or(0..0, |node| node.span.clone())
+    }
+
+    /// The recorded children, in text order, when they were recorded.
+    fn children(self) -> Option<impl Iterator<Item = Node<'d>> + 'd> {
+        let node = self.node().filter(|node| node.indexed)?;
+        let (doc, end) = (self.doc, node.end);
+        let mut next = self.index + 1;
+        Some(std::iter::from_fn(move || {
+            if next >= end {
+                return None;
+            }
+            let child = Node { doc, index: next };
+            next = doc.node(next).map_or(end, |n| n.end);
+            Some(child)
+        }))
+    }
+
+    /// The key of an object member, unescaped.
+    fn key(self) -> Cow<'d, str> {
+        match self.node() {
+            Some(node) => self.doc.string(node.key.clone(), node.key_escaped),
+            None => Cow::Borrowed(""),
+        }
+    }
+}
+
+impl<'d> View<'d> for Node<'d> {
+    fn kind(self) -> Kind {
+        self.node().map_or(Kind::Null, |node| node.kind)
+    }
+
+    fn as_u64(self) -> Option<u64> {
+        // As serde_json: an integer without sign, fraction or exponent that
+        // fits; anything else is not a u64.
+        if self.kind() != Kind::Number {
+            return None;
+        }
+        let text = self.text();
+        if !text.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        std::str::from_utf8(text).ok()?.parse().ok()
+    }
+
+    fn as_str(self) -> Option<Cow<'d, str>> {
+        let node = self.node().filter(|node| node.kind == Kind::String)?;
+        let span = node.span.start + 1..node.span.end.saturating_sub(1);
+        Some(self.doc.string(span, node.escaped))
+    }
+
+    fn get(self, key: &str) -> Option<Self> {
+        if self.kind() != Kind::Object {
+            return None;
+        }
+        self.children()?.filter(|member| member.key() == key).last()
+    }
+
+    fn elements(self) -> Option<impl Iterator<Item = Self> + 'd> {
+        if self.kind() != Kind::Array {
+            return None;
+        }
+        self.children()
+    }
+
+    fn entries(self) -> Option<impl Iterator<Item = (Cow<'d, str>, Self)> + 'd> {
+        if self.kind() != Kind::Object {
+            return None;
+        }
+        Some(self.children()?.map(|member| (member.key(), member)))
+    }
+
+    fn describe(self) -> String {
+        // Only errors describe a value: read it as serde_json would, so that
+        // the message is the one the Value entry points give.
+        match serde_json::from_slice::<Value>(self.text()) {
+            Ok(value) => describe(Some(&value)),
+            Err(_) => describe(None),
+        }
+    }
+}
