@@ -152,5 +152,91 @@ fn yardstick(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, by_handle, inline_compact, inline_npy, yardstick);
+/// The bytes entry points (issue 12's targets), bytes in and bytes out, each
+/// decode cloned before its merge (a router gets a fresh body every time),
+/// beside what a router pays otherwise: the Value path (parse both, merge,
+/// serialize the decode) and one `serde_json` parse of the decode; and, for
+/// inline rows, one `base64`-crate encode of the merged rows.
+fn bytes_path(c: &mut Criterion) {
+    let mut group = c.benchmark_group("bytes");
+    group.sample_size(20);
+    let quick =
+        std::env::args().any(|a| a == "--test") || !std::env::args().any(|a| a == "--bench");
+    let positions = if quick { 1024 } else { 32 * 1024 };
+    let cases = [
+        ("by_handle_8x32", common::by_handle(8, 32), None),
+        (
+            "compact_16k_32k_u8",
+            common::compact(positions, 1, 1, 1),
+            Some(positions / 2 + positions - 1),
+        ),
+        (
+            "npy_16k_32k_u8",
+            common::npy(positions, 1, 1, 1),
+            Some(positions),
+        ),
+    ];
+    for (id, (prefill, decode), merged_rows) in cases {
+        let p = serde_json::to_vec(&prefill).expect("serializable");
+        let d = serde_json::to_vec(&decode).expect("serializable");
+        // The two paths agree before they are timed.
+        let mut out = d.clone();
+        assert_eq!(
+            pd_stitch::bytes::merge_routed_experts_for_pd(&p, &mut out),
+            Ok(true)
+        );
+        // The reference reads the same text (serde_json's float reading does
+        // not round-trip every f64 it writes).
+        let mut v: Value = serde_json::from_slice(&d).expect("JSON");
+        assert_eq!(
+            pd_stitch::merge_routed_experts_for_pd(&prefill, &mut v),
+            Ok(true)
+        );
+        assert!(
+            serde_json::from_slice::<Value>(&out).expect("JSON") == v,
+            "{id}"
+        );
+        group.bench_function(BenchmarkId::new("bytes_merge", id), |b| {
+            b.iter_batched(
+                || d.clone(),
+                |mut d| {
+                    let stitched = pd_stitch::bytes::merge_routed_experts_for_pd(&p, &mut d);
+                    (d, stitched)
+                },
+                BatchSize::PerIteration,
+            )
+        });
+        group.bench_function(BenchmarkId::new("value_round_trip", id), |b| {
+            b.iter_batched(
+                || d.clone(),
+                |d| {
+                    let prefill: Value = serde_json::from_slice(&p).expect("JSON");
+                    let mut decode: Value = serde_json::from_slice(&d).expect("JSON");
+                    let stitched = pd_stitch::merge_routed_experts_for_pd(&prefill, &mut decode);
+                    (serde_json::to_vec(&decode).expect("serializable"), stitched)
+                },
+                BatchSize::PerIteration,
+            )
+        });
+        group.bench_function(BenchmarkId::new("parse", id), |b| {
+            b.iter(|| serde_json::from_slice::<Value>(&d).expect("valid JSON"))
+        });
+        if let Some(rows) = merged_rows {
+            let merged = common::rows(rows, 1, 3);
+            group.bench_function(BenchmarkId::new("base64_crate_encode", id), |b| {
+                b.iter(|| base64::engine::general_purpose::STANDARD.encode(&merged))
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    by_handle,
+    inline_compact,
+    inline_npy,
+    yardstick,
+    bytes_path
+);
 criterion_main!(benches);

@@ -9,8 +9,10 @@
 //! 2. the original request goes to the **decode** backend (with the prefill's
 //!    `kv_transfer_params`, when it returned any, as vLLM's P/D connectors
 //!    expect), which computes the completion;
-//! 3. [`pd_stitch::merge_routed_experts_for_pd`] stitches the prefill's rows
-//!    into the decode's response, which is returned.
+//! 3. [`pd_stitch::bytes::merge_routed_experts_for_pd`] stitches the
+//!    prefill's rows into the decode's response, as bytes: the decode's body
+//!    is never parsed into a tree nor serialized again, and only its stitched
+//!    values change. The result is returned.
 //!
 //! A streamed request cannot be stitched: when the prefill returned routed
 //! experts (`prefill_has_routed_experts`), it is refused with 400; otherwise
@@ -34,7 +36,8 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use clap::Parser;
-use pd_stitch::{merge_routed_experts_for_pd, prefill_has_routed_experts};
+use pd_stitch::bytes::{merge_routed_experts_for_pd, prefill_has_routed_experts};
+use pd_stitch::Error;
 use serde_json::{json, Value};
 
 /// Where the backends are and how the router treats them.
@@ -156,9 +159,12 @@ impl Router {
         let prefill_request = prefill_request(&request)?;
         let stream = request.get("stream") == Some(&Value::Bool(true));
 
-        let prefill = self.json(Backend::Prefill, &prefill_request).await?;
+        let prefill_body = self.body(Backend::Prefill, &prefill_request).await?;
+        // The prefill is read as a tree for its kv_transfer_params alone; the
+        // merge reads its bytes.
+        let prefill = not_json(Backend::Prefill, serde_json::from_slice(&prefill_body))?;
         if stream {
-            if prefill_has_routed_experts(&prefill) {
+            if prefill_has_routed_experts(&prefill_body).unwrap_or(false) {
                 return Err(Failure::new(
                     StatusCode::BAD_REQUEST,
                     "invalid_request",
@@ -180,18 +186,30 @@ impl Router {
         }
 
         let mut decode = self
-            .json(Backend::Decode, &decode_request(request, &prefill))
+            .body(Backend::Decode, &decode_request(request, &prefill))
             .await?;
         if self.config.stitch {
-            merge_routed_experts_for_pd(&prefill, &mut decode).map_err(|e| {
-                Failure::new(
+            merge_routed_experts_for_pd(&prefill_body, &mut decode).map_err(|e| match e {
+                Error::Json { .. } => Failure::new(
+                    StatusCode::BAD_GATEWAY,
+                    "backend_error",
+                    format!("the decode backend's response is not JSON: {e}"),
+                ),
+                e => Failure::new(
                     StatusCode::BAD_GATEWAY,
                     "stitch_error",
                     format!("cannot stitch the prefill's and the decode's responses: {e}"),
-                )
+                ),
             })?;
         }
-        Ok(axum::Json(decode).into_response())
+        // Without stitching (a baseline for the load benchmark) the decode's
+        // bytes pass through unread.
+        let mut response = Response::new(Body::from(decode));
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("application/json"),
+        );
+        Ok(response)
     }
 
     /// Sends `body` to `backend`; a response with a success status, or why
@@ -242,20 +260,14 @@ impl Router {
         })
     }
 
-    /// Sends `body` to `backend` and reads its answer as JSON.
-    async fn json(&self, backend: Backend, body: &Value) -> Result<Value, Failure> {
+    /// Sends `body` to `backend` and reads its whole answer.
+    async fn body(&self, backend: Backend, body: &Value) -> Result<Vec<u8>, Failure> {
         let response = self.send(backend, body, true).await?;
         let bytes = response
             .bytes()
             .await
             .map_err(|e| self.transport(backend, &e))?;
-        serde_json::from_slice(&bytes).map_err(|e| {
-            Failure::new(
-                StatusCode::BAD_GATEWAY,
-                "backend_error",
-                format!("the {} backend's response is not JSON: {e}", backend.name()),
-            )
-        })
+        Ok(bytes.into())
     }
 
     /// A transport failure: a timeout is a 504, anything else a 502.
@@ -281,6 +293,17 @@ impl Router {
             Failure::new(StatusCode::BAD_GATEWAY, "backend_error", message)
         }
     }
+}
+
+/// A backend's answer read as JSON, or the 502 that says it is not.
+fn not_json<T>(backend: Backend, read: serde_json::Result<T>) -> Result<T, Failure> {
+    read.map_err(|e| {
+        Failure::new(
+            StatusCode::BAD_GATEWAY,
+            "backend_error",
+            format!("the {} backend's response is not JSON: {e}", backend.name()),
+        )
+    })
 }
 
 /// At most 300 bytes of `text`, cut on a character boundary.

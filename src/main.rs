@@ -14,7 +14,7 @@ use std::time::Instant;
 use clap::{Parser, Subcommand};
 use pd_stitch::gather::{self, Source};
 use pd_stitch::sim::{self, Config};
-use pd_stitch::{Stitcher, ROUTED_EXPERTS};
+use pd_stitch::{Error, Side, Stitcher, ROUTED_EXPERTS};
 use serde_json::Value;
 
 /// Stitch prefill and decode responses of P/D-disaggregated serving, and check
@@ -29,7 +29,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Merge a prefill and a decode response as a router does
-    /// (merge_routed_experts_for_pd) and print the merged decode response.
+    /// (merge_routed_experts_for_pd, on the bytes) and print the merged decode
+    /// response: the decode's text with only the stitched values changed.
     Merge {
         /// The prefill instance's response (JSON).
         prefill: PathBuf,
@@ -165,6 +166,12 @@ fn read_json(path: &Path) -> Result<Value, String> {
     serde_json::from_slice(&bytes).map_err(|e| format!("{}: not JSON: {e}", path.display()))
 }
 
+fn read_bytes(path: &Path) -> Result<Vec<u8>, String> {
+    fs::read(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Stitches the two files' texts on the bytes path: the output is the decode's
+/// text with only the stitched values changed (re-indented with `--pretty`).
 fn merge(
     prefill: &Path,
     decode: &Path,
@@ -173,18 +180,30 @@ fn merge(
     pretty: bool,
 ) -> Result<ExitCode, String> {
     let stitcher = fields.into_iter().fold(Stitcher::new(), Stitcher::field);
-    let prefill = read_json(prefill)?;
-    let mut decode = read_json(decode)?;
+    let prefill_text = read_bytes(prefill)?;
+    let mut text = read_bytes(decode)?;
     stitcher
-        .merge_routed_experts_for_pd(&prefill, &mut decode)
-        .map_err(|e| e.to_string())?;
-    let mut text = if pretty {
-        serde_json::to_vec_pretty(&decode)
-    } else {
-        serde_json::to_vec(&decode)
+        .merge_bytes_for_pd(&prefill_text, &mut text)
+        .map_err(|e| match e {
+            Error::Json {
+                side,
+                offset,
+                message,
+            } => {
+                let path = if side == Side::Prefill {
+                    prefill
+                } else {
+                    decode
+                };
+                format!("{}: not JSON: {message} at byte {offset}", path.display())
+            }
+            other => other.to_string(),
+        })?;
+    if pretty {
+        let value: Value = serde_json::from_slice(&text).map_err(|e| e.to_string())?;
+        text = serde_json::to_vec_pretty(&value).map_err(|e| e.to_string())?;
+        text.push(b'\n');
     }
-    .map_err(|e| e.to_string())?;
-    text.push(b'\n');
     match output {
         Some(out) => fs::write(&out, text).map_err(|e| format!("{}: {e}", out.display()))?,
         None => std::io::stdout()

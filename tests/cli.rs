@@ -60,7 +60,37 @@ fn merge_equals_the_library_on_every_committed_example() {
             .unwrap();
         let got: Value = serde_json::from_str(&stdout(&out)).unwrap();
         assert_eq!(got, expected, "{dir} {fields:?}");
+        // Byte for byte what the bytes path gives.
+        let mut text = std::fs::read(&d).unwrap();
+        stitcher
+            .merge_bytes_for_pd(&std::fs::read(&p).unwrap(), &mut text)
+            .unwrap();
+        assert_eq!(out.stdout, text, "{dir} {fields:?}");
     }
+}
+
+#[test]
+fn merge_changes_only_the_stitched_values() {
+    let dir = std::env::temp_dir().join(format!("pd-stitch-cli-bytes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let decode = dir.join("decode.json");
+    let original = std::fs::read_to_string("examples/seed/decode.json").unwrap();
+    // Spellings a parse-and-serialize round trip would change.
+    let canary = r#"{"n": 1.50E+2, "big": 18446744073709551616, "s": "caf\u00e9\/"}"#;
+    let text = original.replacen('{', &format!("{{\n  \"canary\": {canary},"), 1);
+    std::fs::write(&decode, &text).unwrap();
+    let out = pd_stitch(&[
+        "merge",
+        "examples/seed/prefill.json",
+        decode.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let merged = stdout(&out);
+    assert!(
+        merged.starts_with(&format!("{{\n  \"canary\": {canary},")),
+        "{merged}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]

@@ -12,12 +12,15 @@
 //!
 //! Inline compact: prefill `start` and `seq` in `0..=3`, decode `start` and
 //! `seq` in `0..=4`, every pair of `uint8`/`uint16`, widths 1 and 2.
+//!
+//! Every case of both sweeps also goes through the bytes entry point, which
+//! must give the `Value` result (B1, B4).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
-use pd_stitch::{merge_routed_experts_in_json, merge_routed_payload_in_json, Error};
+use pd_stitch::{bytes, merge_routed_experts_in_json, merge_routed_payload_in_json, Error};
 use serde_json::{json, Value};
 
 const OFFSET: u64 = 5;
@@ -47,6 +50,34 @@ fn rows_of(payload: &[Value], row_bytes: u64) -> BTreeMap<u64, Vec<(String, u64)
         }
     }
     map
+}
+
+/// B1 and B4 on one case: the bytes entry point gives the `Value` result
+/// (`result`, `after`) on the same responses as compact text.
+fn same_through_bytes(
+    prefill: &Value,
+    before: &Value,
+    result: &Result<bool, Error>,
+    after: &Value,
+    merge: fn(&[u8], &mut Vec<u8>) -> Result<bool, Error>,
+) -> Result<(), String> {
+    let ptext = serde_json::to_vec(prefill).unwrap();
+    let dtext = serde_json::to_vec(before).unwrap();
+    let mut out = dtext.clone();
+    let got = merge(&ptext, &mut out);
+    if got != *result {
+        return Err(format!("bytes: {got:?}, Value: {result:?}"));
+    }
+    let same = if got == Ok(true) {
+        serde_json::from_slice::<Value>(&out).ok().as_ref() == Some(after)
+    } else {
+        out == dtext
+    };
+    if same {
+        Ok(())
+    } else {
+        Err("bytes: the output differs from the Value path's".into())
+    }
 }
 
 fn disjoint(map: &BTreeMap<u64, Vec<(String, u64)>>) -> bool {
@@ -85,6 +116,13 @@ fn check_by_handle(
     let before = json!({"choices": [{"index": 0, "payload": decode_payload}, second_choice]});
     let mut after = before.clone();
     let result = merge_routed_payload_in_json(&prefill, &mut after);
+    same_through_bytes(
+        &prefill,
+        &before,
+        &result,
+        &after,
+        bytes::merge_routed_payload_in_json,
+    )?;
 
     let decode_has = !decode_segs.is_empty() || second == 2;
     if prefill_segs.is_empty() {
@@ -239,6 +277,15 @@ fn every_small_inline_compact_pair_obeys_every_law() {
                     let before = json!({"choices": [{"routed_experts": d}]});
                     let mut after = before.clone();
                     let result = merge_routed_experts_in_json(&prefill, &mut after);
+                    if let Err(e) = same_through_bytes(
+                        &prefill,
+                        &before,
+                        &result,
+                        &after,
+                        bytes::merge_routed_experts_in_json,
+                    ) {
+                        panic!("{ps},{pn} {ds},{dn} {pd}/{dd} x{width}: {e}");
+                    }
                     let cut = ps + pn;
                     if !(ds <= cut && cut <= ds + dn) {
                         assert!(

@@ -124,7 +124,7 @@ pub(crate) fn merge<S: AsRef<str>>(
         let plan = merge::plan(fields, Node::root(&prefill), Node::root(&doc), kinds)?;
         match plan {
             None => return Ok(false),
-            Some(plan) => write::edits(plan, &doc),
+            Some(plan) => write::edits(plan, Node::root(&prefill), &doc),
         }
     };
     write::apply(decode, &edits);

@@ -8,58 +8,75 @@
 //! compact object, only its `data`, `shape`, `start` and `dtype` values).
 //! Every other byte of the decode stays as it was.
 
+use std::borrow::Cow;
 use std::ops::Range;
 
 use super::scan::Doc;
 use super::view::Node;
 use crate::fields::ROUTED_EXPERTS;
 use crate::handle::Fate;
-use crate::inline::Merged;
+use crate::inline::{rows_text, Merged, Piece, Text, DECODE, PREFILL};
 use crate::merge::Plan;
+use crate::response::prefill_rows;
 use crate::view::{Kind, View};
 
-/// Replace the bytes `range` of the decode by `text`, between quotes when
-/// `quoted`.
+/// Replace the bytes `range` of the decode by the runs `parts`.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Edit {
+pub(crate) struct Edit<'p> {
     pub(crate) range: Range<usize>,
-    pub(crate) text: Vec<u8>,
-    pub(crate) quoted: bool,
+    /// Text written for this edit, which [`Part::Own`] ranges index.
+    own: Vec<u8>,
+    parts: Vec<Part<'p>>,
 }
 
-impl Edit {
-    fn new(range: Range<usize>, text: Vec<u8>) -> Edit {
+/// One run of an edit's new text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Part<'p> {
+    Own(Range<usize>),
+    /// Bytes of the prefill's text (or a constant).
+    Slice(&'p [u8]),
+}
+
+impl<'p> Edit<'p> {
+    fn new(range: Range<usize>, text: Vec<u8>) -> Edit<'p> {
         Edit {
             range,
-            text,
-            quoted: false,
+            parts: vec![Part::Own(0..text.len())],
+            own: text,
         }
     }
 
     /// The length of what replaces the range.
     fn len(&self) -> usize {
-        self.text.len() + if self.quoted { 2 } else { 0 }
+        self.parts
+            .iter()
+            .map(|part| match part {
+                Part::Own(range) => range.len(),
+                Part::Slice(bytes) => bytes.len(),
+            })
+            .sum()
     }
 
     /// Writes the replacement into `out`, which is [`Edit::len`] long.
     fn write(&self, out: &mut [u8]) {
-        if self.quoted {
-            if let Some((first, rest)) = out.split_first_mut() {
-                *first = b'"';
-                if let Some((last, middle)) = rest.split_last_mut() {
-                    *last = b'"';
-                    middle.copy_from_slice(&self.text);
-                }
+        let mut at = 0;
+        for part in &self.parts {
+            let bytes = match part {
+                Part::Own(range) => self.own.get(range.clone()).unwrap_or_default(),
+                Part::Slice(bytes) => bytes,
+            };
+            if let Some(dst) = out.get_mut(at..at + bytes.len()) {
+                dst.copy_from_slice(bytes);
             }
-        } else {
-            out.copy_from_slice(&self.text);
+            at += bytes.len();
         }
     }
 }
 
 /// The edits that write `plan` into the decode `doc` it was made from.
-pub(crate) fn edits(plan: Plan<Node<'_>>, doc: &Doc<'_>) -> Vec<Edit> {
+pub(crate) fn edits<'p>(plan: Plan<Node<'p>>, prefill: Node<'p>, doc: &Doc<'_>) -> Vec<Edit<'p>> {
     let mut edits = Vec::new();
+    let prefill_text = prefill_rows(prefill).and_then(rows_text);
     let choices = Node::root(doc)
         .get("choices")
         .and_then(View::elements)
@@ -67,7 +84,7 @@ pub(crate) fn edits(plan: Plan<Node<'_>>, doc: &Doc<'_>) -> Vec<Edit> {
         .flatten();
     for (choice, planned) in choices.zip(plan.choices) {
         if let Some(merged) = planned.inline {
-            inline_edits(merged, choice, &mut edits);
+            inline_edits(merged, prefill_text.as_ref(), choice, &mut edits);
         }
         if let (Some(prefill), Some(fates)) = (&plan.by_handle, planned.by_handle) {
             edits.push(payload_edit(&prefill.prefix, &fates.fates, choice));
@@ -78,7 +95,7 @@ pub(crate) fn edits(plan: Plan<Node<'_>>, doc: &Doc<'_>) -> Vec<Edit> {
 }
 
 /// The edit that gives `choice` its merged payload.
-fn payload_edit(prefix: &[Node<'_>], fates: &[Fate], choice: Node<'_>) -> Edit {
+fn payload_edit<'p>(prefix: &[Node<'_>], fates: &[Fate], choice: Node<'_>) -> Edit<'p> {
     let items = choice.get("payload").filter(|p| p.kind() == Kind::Array);
     let mut text = Vec::new();
     text.push(b'[');
@@ -153,17 +170,19 @@ fn clipped(item: Node<'_>, numbers: [(&str, u64); 3], out: &mut Vec<u8>) {
     out.extend_from_slice(text.get(at..).unwrap_or_default());
 }
 
-/// The edits that give `choice` its merged inline rows.
-fn inline_edits(merged: Merged, choice: Node<'_>, edits: &mut Vec<Edit>) {
+/// The edits that give `choice` its merged inline rows. `prefill_text` is
+/// the prefill's rows text, the [`PREFILL`] source of the merged texts.
+fn inline_edits<'p>(
+    merged: Merged,
+    prefill_text: Option<&Cow<'p, str>>,
+    choice: Node<'_>,
+    edits: &mut Vec<Edit<'p>>,
+) {
     let Some(rows) = choice.get(ROUTED_EXPERTS) else {
         return;
     };
     match merged {
-        Merged::Npy(text) => edits.push(Edit {
-            range: rows.span(),
-            text: text.into_bytes(),
-            quoted: true,
-        }),
+        Merged::Npy(text) => edits.push(text_edit(&text, prefill_text, rows)),
         Merged::Compact {
             data,
             shape,
@@ -171,11 +190,7 @@ fn inline_edits(merged: Merged, choice: Node<'_>, edits: &mut Vec<Edit>) {
             dtype,
         } => {
             if let Some(node) = rows.get("data") {
-                edits.push(Edit {
-                    range: node.span(),
-                    text: data.into_bytes(),
-                    quoted: true,
-                });
+                edits.push(text_edit(&data, prefill_text, node));
             }
             if let Some(node) = rows.get("shape") {
                 let [seq, layers, topk] = shape;
@@ -200,10 +215,81 @@ fn inline_edits(merged: Merged, choice: Node<'_>, edits: &mut Vec<Edit>) {
     }
 }
 
+/// The edit that writes the merged rows `text` over the decode's rows text,
+/// the string `node`.
+///
+/// When the merged text ends with the decode's own text from some character
+/// on (its rows from the cut, copied whole) and that text has no escapes,
+/// only what comes before stays to be written: the edit replaces the
+/// string's characters up to there, and the rest of the string stays where
+/// it is (or moves, with everything after it, when the lengths differ). Runs
+/// of the prefill's text are written from the prefill's bytes directly.
+fn text_edit<'p>(text: &Text, prefill_text: Option<&Cow<'p, str>>, node: Node<'_>) -> Edit<'p> {
+    let decode_text = node.as_str().unwrap_or_default();
+    let span = node.span();
+    let content = span.start + 1;
+    let pieces = text.pieces();
+    let in_place = match (&decode_text, pieces.last()) {
+        (Cow::Borrowed(d), Some(Piece::Copy(DECODE, tail))) if tail.end == d.len() => {
+            Some(tail.start)
+        }
+        _ => None,
+    };
+    let (range, pieces, quoted) = match in_place {
+        Some(kept_from) => (
+            content..content + kept_from,
+            &pieces[..pieces.len() - 1],
+            false,
+        ),
+        None => (span, pieces, true),
+    };
+    let mut edit = Edit {
+        range,
+        own: Vec::new(),
+        parts: Vec::with_capacity(pieces.len() + 2),
+    };
+    if quoted {
+        edit.parts.push(Part::Slice(b"\""));
+    }
+    for piece in pieces {
+        let own = |bytes: &[u8], edit: &mut Edit<'p>| {
+            let at = edit.own.len();
+            edit.own.extend_from_slice(bytes);
+            edit.parts.push(Part::Own(at..edit.own.len()));
+        };
+        match piece {
+            Piece::Own(range) => own(text.own().get(range.clone()).unwrap_or_default(), &mut edit),
+            Piece::Copy(PREFILL, range) => match prefill_text {
+                Some(Cow::Borrowed(p)) => edit.parts.push(Part::Slice(
+                    p.as_bytes().get(range.clone()).unwrap_or_default(),
+                )),
+                Some(Cow::Owned(p)) => own(
+                    p.as_bytes().get(range.clone()).unwrap_or_default(),
+                    &mut edit,
+                ),
+                None => {}
+            },
+            // The decode's own bytes move when the buffer is edited: copied
+            // first.
+            Piece::Copy(_, range) => own(
+                decode_text
+                    .as_bytes()
+                    .get(range.clone())
+                    .unwrap_or_default(),
+                &mut edit,
+            ),
+        }
+    }
+    if quoted {
+        edit.parts.push(Part::Slice(b"\""));
+    }
+    edit
+}
+
 /// Makes `edits` (sorted, not overlapping, within `buf`) in `buf`, moving
 /// each unchanged run of bytes at most once and allocating nothing when the
 /// length does not change.
-pub(crate) fn apply(buf: &mut Vec<u8>, edits: &[Edit]) {
+pub(crate) fn apply(buf: &mut Vec<u8>, edits: &[Edit<'_>]) {
     let old_len = buf.len();
     // The unchanged runs: before each edit, and after the last. A run moves
     // by the total change in length of the edits before it.
@@ -249,7 +335,7 @@ mod tests {
     use proptest::prelude::*;
 
     /// The reference: a new buffer, written front to back.
-    fn naive(buf: &[u8], edits: &[Edit]) -> Vec<u8> {
+    fn naive(buf: &[u8], edits: &[Edit<'_>]) -> Vec<u8> {
         let mut out = Vec::new();
         let mut from = 0;
         for edit in edits {
@@ -263,7 +349,7 @@ mod tests {
         out
     }
 
-    fn buf_and_edits() -> impl Strategy<Value = (Vec<u8>, Vec<Edit>)> {
+    fn buf_and_edits() -> impl Strategy<Value = (Vec<u8>, Vec<Edit<'static>>)> {
         (0usize..64).prop_flat_map(|len| {
             let buf = proptest::collection::vec(any::<u8>(), len);
             let cuts = proptest::collection::vec(0..=len, 0..8);
@@ -276,10 +362,13 @@ mod tests {
                 let edits = cuts
                     .chunks(2)
                     .zip(texts)
-                    .map(|(pair, (text, quoted))| Edit {
-                        range: pair[0]..*pair.last().unwrap_or(&pair[0]),
-                        text,
-                        quoted,
+                    .map(|(pair, (text, quoted))| {
+                        let mut edit = Edit::new(pair[0]..*pair.last().unwrap_or(&pair[0]), text);
+                        if quoted {
+                            edit.parts.insert(0, Part::Slice(b"\""));
+                            edit.parts.push(Part::Slice(b"'"));
+                        }
+                        edit
                     })
                     .collect();
                 (buf, edits)
@@ -301,14 +390,10 @@ mod tests {
     fn same_length_edits_reuse_the_buffer() {
         let mut buf = b"{\"a\":\"xyz\",\"b\":1}".to_vec();
         let before = buf.as_ptr();
-        apply(
-            &mut buf,
-            &[Edit {
-                range: 5..10,
-                text: b"abc".to_vec(),
-                quoted: true,
-            }],
-        );
+        let mut edit = Edit::new(5..10, b"abc".to_vec());
+        edit.parts.insert(0, Part::Slice(b"\""));
+        edit.parts.push(Part::Slice(b"\""));
+        apply(&mut buf, &[edit]);
         assert_eq!(buf, b"{\"a\":\"abc\",\"b\":1}");
         assert_eq!(buf.as_ptr(), before);
     }

@@ -14,6 +14,7 @@
 //! their position modulo 3, and decodes and encodes only the rest.
 
 use std::fmt;
+use std::ops::Range;
 
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
@@ -70,13 +71,14 @@ impl<'a> Base64<'a> {
         self.len
     }
 
-    /// The text of the bytes `[from, to)`, when both are multiples of 3 and
-    /// the bytes lie in full (unpadded) quads; `None` otherwise.
-    pub(crate) fn quads(&self, from: usize, to: usize) -> Option<&'a str> {
+    /// The characters that encode the bytes `[from, to)`, when both are
+    /// multiples of 3 and the bytes lie in full (unpadded) quads; `None`
+    /// otherwise.
+    pub(crate) fn quad_range(&self, from: usize, to: usize) -> Option<Range<usize>> {
         if from % 3 != 0 || to % 3 != 0 || from > to || to > self.len / 3 * 3 {
             return None;
         }
-        self.text.get(from / 3 * 4..to / 3 * 4)
+        Some(from / 3 * 4..to / 3 * 4)
     }
 
     /// Appends the decoded bytes `[from, decoded_len)` to `out`.
@@ -173,12 +175,80 @@ fn decode_quad(quad: &[u8]) -> [u8; 3] {
     [(n >> 16) as u8, (n >> 8) as u8, n as u8]
 }
 
-/// Builds base64 text out of pieces: raw bytes, and byte ranges of validated
+/// Which validated base64 text a [`Piece::Copy`] copies from: the merge's
+/// sources are numbered (the prefill's rows 0, the decode choice's rows 1).
+pub(crate) type SourceId = usize;
+
+/// One run of merged text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Piece {
+    /// Text the encoder wrote: this range of [`Text::own`].
+    Own(Range<usize>),
+    /// Characters of a source's validated text, copied as they are.
+    Copy(SourceId, Range<usize>),
+}
+
+/// Merged base64 text, as runs the encoder wrote and runs copied from the
+/// sources' texts. Nothing of the sources is copied until an adapter writes
+/// the text where it belongs: into a new string, or into the decode's own
+/// buffer, where a run copied from the decode's own text may stay where it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Text {
+    pieces: Vec<Piece>,
+    own: Vec<u8>,
+    len: usize,
+}
+
+impl Text {
+    /// The runs, in order.
+    pub(crate) fn pieces(&self) -> &[Piece] {
+        &self.pieces
+    }
+
+    /// The text the encoder wrote, which [`Piece::Own`] ranges index.
+    pub(crate) fn own(&self) -> &[u8] {
+        &self.own
+    }
+
+    /// The text's length.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Appends the text to `out`, with `sources[id]` the text of source `id`
+    /// (the one the merge validated).
+    pub(crate) fn write_to(&self, sources: &[&[u8]], out: &mut Vec<u8>) {
+        out.reserve(self.len);
+        for piece in &self.pieces {
+            let run = match piece {
+                Piece::Own(range) => self.own.get(range.clone()),
+                Piece::Copy(id, range) => sources.get(*id).and_then(|s| s.get(range.clone())),
+            };
+            out.extend_from_slice(run.unwrap_or_default());
+        }
+    }
+
+    /// The text as a string, with `sources` as for [`Text::write_to`].
+    pub(crate) fn to_string(&self, sources: &[&str]) -> String {
+        let sources: Vec<&[u8]> = sources.iter().map(|s| s.as_bytes()).collect();
+        let mut out = Vec::new();
+        self.write_to(&sources, &mut out);
+        // Base64 characters and '=' only: always valid UTF-8.
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+/// Builds base64 text out of parts: raw bytes, and byte ranges of validated
 /// base64 sources. Where a source's bytes land on the same position modulo 3
-/// in the output as in the source, their text is copied, not decoded and
-/// encoded again. The output is allocated once, at its exact size.
+/// in the output as in the source, their text is not decoded and encoded
+/// again, nor even copied: the [`Text`] names the source's characters.
 pub(crate) struct Encoder {
     out: Vec<u8>,
+    pieces: Vec<Piece>,
+    /// Where the run of `out` not yet in `pieces` starts.
+    mark: usize,
+    len: usize,
     /// Bytes not yet encoded: fewer than 3.
     pending: [u8; 3],
     npending: usize,
@@ -189,10 +259,13 @@ pub(crate) struct Encoder {
 const STEP: usize = 3 * 16 * 1024;
 
 impl Encoder {
-    /// An encoder of `bytes` bytes in all.
-    pub(crate) fn with_capacity(bytes: usize) -> Encoder {
+    /// An empty encoder.
+    pub(crate) fn new() -> Encoder {
         Encoder {
-            out: Vec::with_capacity(encoded_len(bytes)),
+            out: Vec::new(),
+            pieces: Vec::new(),
+            mark: 0,
+            len: 0,
             pending: [0; 3],
             npending: 0,
             scratch: Vec::new(),
@@ -225,8 +298,23 @@ impl Encoder {
         }
     }
 
-    /// Appends the bytes `[from, to)` of `source`.
-    pub(crate) fn push_base64(&mut self, source: &Base64<'_>, from: usize, to: usize) {
+    /// Ends the run of written text, if any, as a piece.
+    fn flush(&mut self) {
+        if self.out.len() > self.mark {
+            self.len += self.out.len() - self.mark;
+            self.pieces.push(Piece::Own(self.mark..self.out.len()));
+            self.mark = self.out.len();
+        }
+    }
+
+    /// Appends the bytes `[from, to)` of `source`, whose id is `id`.
+    pub(crate) fn push_base64(
+        &mut self,
+        source: &Base64<'_>,
+        id: SourceId,
+        from: usize,
+        to: usize,
+    ) {
         let to = to.min(source.decoded_len());
         if from >= to {
             return;
@@ -240,12 +328,16 @@ impl Encoder {
         self.push_decoded(source, from, aligned, |bytes, out| {
             out.extend_from_slice(bytes)
         });
-        // Copy the text of the whole quads from there: up to the last multiple
+        // Name the text of the whole quads from there: up to the last multiple
         // of 3 at or before `to` (which, as `to <= decoded_len`, is never past
         // the last unpadded quad), then decode the rest.
         let end = aligned + to.saturating_sub(aligned) / 3 * 3;
-        if let Some(text) = source.quads(aligned, end) {
-            self.out.extend_from_slice(text.as_bytes());
+        if let Some(chars) = source.quad_range(aligned, end) {
+            if !chars.is_empty() {
+                self.flush();
+                self.len += chars.len();
+                self.pieces.push(Piece::Copy(id, chars));
+            }
             self.push_decoded(source, end, to, |bytes, out| out.extend_from_slice(bytes));
         } else {
             self.push_decoded(source, aligned, to, |bytes, out| {
@@ -254,18 +346,19 @@ impl Encoder {
         }
     }
 
-    /// Appends the bytes `[from, to)` of `source`, each element zero-extended
-    /// from `narrow` to `wide` bytes.
+    /// Appends the bytes `[from, to)` of `source` (whose id is `id`), each
+    /// element zero-extended from `narrow` to `wide` bytes.
     pub(crate) fn push_widened(
         &mut self,
         source: &Base64<'_>,
+        id: SourceId,
         from: usize,
         to: usize,
         narrow: usize,
         wide: usize,
     ) {
         if narrow == wide {
-            return self.push_base64(source, from, to);
+            return self.push_base64(source, id, from, to);
         }
         self.push_decoded(source, from, to, |bytes, out| {
             widen(bytes, narrow, wide, out)
@@ -297,14 +390,18 @@ impl Encoder {
     }
 
     /// The text, with the last bytes padded.
-    pub(crate) fn finish(mut self) -> String {
+    pub(crate) fn finish(mut self) -> Text {
         let pending = self.pending;
         encode_into(
             pending.get(..self.npending).unwrap_or_default(),
             &mut self.out,
         );
-        // Only alphabet characters and '=' were written: always valid UTF-8.
-        String::from_utf8(self.out).unwrap_or_default()
+        self.flush();
+        Text {
+            pieces: self.pieces,
+            own: self.out,
+            len: self.len,
+        }
     }
 }
 
@@ -562,8 +659,8 @@ mod tests {
         let b = Base64::parse(&text).unwrap();
         for from in 0..=bytes.len() + 3 {
             for to in from..=bytes.len() + 3 {
-                match b.quads(from, to) {
-                    Some(slice) => assert_eq!(slice, encode(&bytes[from..to])),
+                match b.quad_range(from, to) {
+                    Some(chars) => assert_eq!(&text[chars], encode(&bytes[from..to])),
                     None => assert!(from % 3 != 0 || to % 3 != 0 || to > 99, "{from}..{to}"),
                 }
             }
@@ -657,15 +754,15 @@ mod tests {
             for pending in 0..3 {
                 for from in 0..=len {
                     for to in 0..=len + 2 {
-                        let mut encoder = Encoder::with_capacity(0);
+                        let mut encoder = Encoder::new();
                         let head = vec![0xee; pending];
                         encoder.push_bytes(&head);
-                        encoder.push_base64(&source, from, to);
+                        encoder.push_base64(&source, 0, from, to);
                         let mut expected = head.clone();
                         expected
                             .extend_from_slice(bytes.get(from..to.min(len)).unwrap_or_default());
                         assert_eq!(
-                            encoder.finish(),
+                            encoder.finish().to_string(&[&text]),
                             STANDARD.encode(&expected),
                             "{pending} pending, [{from}, {to}) of {len}"
                         );
@@ -688,14 +785,18 @@ mod tests {
         let text = STANDARD.encode(&raw);
         let source = Base64::parse(&text).unwrap();
         for from in [0, 2, 6] {
-            let mut encoder = Encoder::with_capacity(0);
+            let mut encoder = Encoder::new();
             encoder.push_bytes(&[1]);
-            encoder.push_widened(&source, from, raw.len(), 2, 4);
+            encoder.push_widened(&source, 0, from, raw.len(), 2, 4);
             let mut expected = vec![1];
             for e in &elements[from / 2..] {
                 expected.extend_from_slice(&u32::from(*e).to_le_bytes());
             }
-            assert_eq!(encoder.finish(), STANDARD.encode(&expected), "from {from}");
+            assert_eq!(
+                encoder.finish().to_string(&[&text]),
+                STANDARD.encode(&expected),
+                "from {from}"
+            );
         }
     }
 
@@ -743,8 +844,9 @@ mod tests {
                 (proptest::collection::vec(any::<u8>(), 0..40), 0usize..45, 0usize..45, 0u8..3), 0..6)) {
                 let mut expected = Vec::new();
                 let texts: Vec<String> = pieces.iter().map(|(b, ..)| STANDARD.encode(b)).collect();
-                let mut encoder = Encoder::with_capacity(0);
-                for ((bytes, a, b, kind), text) in pieces.iter().zip(&texts) {
+                let mut encoder = Encoder::new();
+                let sources: Vec<&str> = texts.iter().map(String::as_str).collect();
+                for (id, ((bytes, a, b, kind), text)) in pieces.iter().zip(&texts).enumerate() {
                     let source = Base64::parse(text).unwrap();
                     let (lo, hi) = ((*a).min(bytes.len()), (*b).min(bytes.len()));
                     let range = if lo < hi { &bytes[lo..hi] } else { &[][..] };
@@ -754,19 +856,21 @@ mod tests {
                             expected.extend_from_slice(range);
                         }
                         1 => {
-                            encoder.push_base64(&source, *a, *b);
+                            encoder.push_base64(&source, id, *a, *b);
                             expected.extend_from_slice(range);
                         }
                         _ => {
                             // Widen single bytes to two (only whole elements).
-                            encoder.push_widened(&source, *a, *b, 1, 2);
+                            encoder.push_widened(&source, id, *a, *b, 1, 2);
                             for &x in range {
                                 expected.extend_from_slice(&[x, 0]);
                             }
                         }
                     }
                 }
-                prop_assert_eq!(encoder.finish(), STANDARD.encode(&expected));
+                let text = encoder.finish();
+                prop_assert_eq!(text.len(), STANDARD.encode(&expected).len());
+                prop_assert_eq!(text.to_string(&sources), STANDARD.encode(&expected));
             }
 
             #[test]

@@ -38,6 +38,7 @@ pub use form::Form;
 pub use npy::NpyError;
 
 use base64::{Base64, Encoder};
+pub(crate) use base64::{Piece, SourceId, Text};
 
 /// The prefill's inline rows, validated.
 pub(crate) struct Prefill<'p> {
@@ -86,6 +87,15 @@ pub(crate) fn first_orphan<'d, D: View<'d>>(decode: D) -> Option<Error> {
                 },
             })
         })
+}
+
+/// The base64 text of inline rows `rows`: a compact object's `data`, or the
+/// npy string itself (what [`Merged`] texts call [`PREFILL`] and [`DECODE`]).
+pub(crate) fn rows_text<'a, V: View<'a>>(rows: V) -> Option<Cow<'a, str>> {
+    match rows.kind() {
+        Kind::Object => rows.get("data")?.as_str(),
+        _ => rows.as_str(),
+    }
 }
 
 /// Reads inline rows on their own: their positions and dtype (as an
@@ -339,23 +349,13 @@ fn merge(
         Form::Npy => npy::header(dtype, &shape).map_err(|error| Error::Npy { at: at(), error })?,
     };
     let wide = usize::try_from(dtype.itemsize()).unwrap_or(8);
-    let elements = |rows: &Inline<'_>, bytes: usize| {
-        bytes
-            / usize::try_from(rows.segment.dtype().itemsize())
-                .unwrap_or(1)
-                .max(1)
-    };
-    let total = header
-        .len()
-        .saturating_add(elements(prefill, prefill.len()).saturating_mul(wide))
-        .saturating_add(elements(decode, decode.len().saturating_sub(skip)).saturating_mul(wide));
-    let mut text = Encoder::with_capacity(total);
+    let mut text = Encoder::new();
     text.push_bytes(&header);
-    for (rows, from) in [(prefill, 0), (decode, skip)] {
+    for (rows, id, from) in [(prefill, PREFILL, 0), (decode, DECODE, skip)] {
         let narrow = usize::try_from(rows.segment.dtype().itemsize()).unwrap_or(1);
         let start = rows.data.saturating_add(from);
         let source = rows.base64();
-        text.push_widened(&source, start, source.decoded_len(), narrow, wide);
+        text.push_widened(&source, id, start, source.decoded_len(), narrow, wide);
     }
     let text = text.finish();
     Ok(match prefill.form {
@@ -369,15 +369,23 @@ fn merge(
     })
 }
 
-/// The merged inline rows of one decode choice, ready to write.
+/// The [`Piece::Copy`] source of the prefill's rows text in a [`Merged`]
+/// text.
+pub(crate) const PREFILL: SourceId = 0;
+/// The [`Piece::Copy`] source of the decode choice's own rows text.
+pub(crate) const DECODE: SourceId = 1;
+
+/// The merged inline rows of one decode choice, ready to write. The texts
+/// name runs of the two sides' rows texts ([`PREFILL`], [`DECODE`]) rather
+/// than copy them: the adapter that writes them has both.
 pub(crate) enum Merged {
     /// New `data`, `shape`, `start` and `dtype` for the compact object.
     Compact {
-        data: String,
+        data: Text,
         shape: [u64; 3],
         start: u64,
         dtype: Dtype,
     },
     /// The new `.npy` string.
-    Npy(String),
+    Npy(Text),
 }

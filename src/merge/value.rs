@@ -7,7 +7,8 @@ use super::{Kinds, Plan};
 use crate::error::Error;
 use crate::fields::ROUTED_EXPERTS;
 use crate::handle::Fate;
-use crate::inline::Merged;
+use crate::inline::{rows_text, Merged, Text};
+use crate::response::prefill_rows;
 
 /// Stitches the enabled kinds of rows of `prefill` into `decode`: plans, then
 /// writes. On error `decode` is untouched.
@@ -20,12 +21,14 @@ pub(crate) fn merge<S: AsRef<str>>(
     let Some(plan) = super::plan(fields, prefill, &*decode, kinds)? else {
         return Ok(false);
     };
-    apply(plan, decode);
+    apply(plan, prefill, decode);
     Ok(true)
 }
 
 /// Writes `plan` into `decode`, which it was made from. Cannot fail.
-fn apply(plan: Plan<&Value>, decode: &mut Value) {
+fn apply(plan: Plan<&Value>, prefill: &Value, decode: &mut Value) {
+    let prefill_text = prefill_rows(prefill).and_then(rows_text);
+    let prefill_text = prefill_text.as_deref().unwrap_or_default();
     let Some(Value::Array(choices)) = decode.get_mut("choices") else {
         return;
     };
@@ -34,7 +37,7 @@ fn apply(plan: Plan<&Value>, decode: &mut Value) {
             continue;
         };
         if let Some(merged) = planned.inline {
-            write_inline(merged, choice);
+            write_inline(merged, prefill_text, choice);
         }
         if let (Some(prefill), Some(fates)) = (&plan.by_handle, planned.by_handle) {
             write_payload(&prefill.prefix, &fates.fates, choice);
@@ -78,9 +81,13 @@ fn write_payload(prefix: &[&Value], fates: &[Fate], choice: &mut Map<String, Val
 
 /// Writes the merged inline rows into `choice`: the plan checked that
 /// `choice.routed_experts` is of the right form.
-fn write_inline(merged: Merged, choice: &mut Map<String, Value>) {
+fn write_inline(merged: Merged, prefill_text: &str, choice: &mut Map<String, Value>) {
     let Some(value) = choice.get_mut(ROUTED_EXPERTS) else {
         return;
+    };
+    let text = |text: &Text, value: &Value| {
+        let decode_text = rows_text(value).unwrap_or_default();
+        text.to_string(&[prefill_text, &decode_text])
     };
     match (merged, value) {
         (
@@ -90,14 +97,18 @@ fn write_inline(merged: Merged, choice: &mut Map<String, Value>) {
                 start,
                 dtype,
             },
-            Value::Object(object),
+            value @ Value::Object(_),
         ) => {
+            let data = text(&data, value);
+            let Value::Object(object) = value else {
+                return;
+            };
             object.insert("data".to_owned(), Value::String(data));
             object.insert("shape".to_owned(), Value::from(shape.to_vec()));
             object.insert("start".to_owned(), Value::from(start));
             object.insert("dtype".to_owned(), Value::from(dtype.name()));
         }
-        (Merged::Npy(text), value) => *value = Value::String(text),
+        (Merged::Npy(npy), value) => *value = Value::String(text(&npy, value)),
         (Merged::Compact { .. }, _) => {}
     }
 }
