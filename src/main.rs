@@ -337,12 +337,25 @@ fn compare_dirs(
         );
     }
     for name in &names {
-        let outcome = match (names_a.contains(name), names_b.contains(name)) {
-            (true, true) => compare_pair(&dir_a.join(name), &dir_b.join(name), stores, options),
-            (false, _) => Err(format!("no {name} in {}", dir_a.display())),
-            (_, false) => Err(format!("no {name} in {}", dir_b.display())),
+        // A response one directory lacks is a difference, not an error.
+        let missing = match (names_a.contains(name), names_b.contains(name)) {
+            (true, true) => None,
+            (false, _) => Some(dir_a),
+            (_, false) => Some(dir_b),
         };
-        match outcome {
+        if let Some(dir) = missing {
+            worst = worst.max(1);
+            let message = format!("missing in {}", dir.display());
+            if json {
+                entries.push(
+                    serde_json::json!({"file": name, "all_equal": false, "missing": message}),
+                );
+            } else {
+                println!("{name:<32}  {message}");
+            }
+            continue;
+        }
+        match compare_pair(&dir_a.join(name), &dir_b.join(name), stores, options) {
             Ok(report) => {
                 let (compared, equal, sets, one_side) = report.totals();
                 totals = (
@@ -385,7 +398,7 @@ fn compare_dirs(
         );
     } else {
         println!(
-            "total: {} file(s), {equal_files} equal, {} different, {errors} error(s); rows equal {}, equal sets {}, {} position(s) on one side only",
+            "total: {} file(s), {equal_files} equal, {} different or missing, {errors} error(s); rows equal {}, equal sets {}, {} position(s) on one side only",
             names.len(),
             names.len() - equal_files - errors,
             compare::fraction(totals.1, totals.0),
