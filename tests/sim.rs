@@ -368,3 +368,52 @@ fn compare_shows_a_cut_one_late_as_a_position_on_one_side_only() {
         assert_eq!(report.all_equal(), !missing, "{tag}");
     }
 }
+
+/// Makes the README's heatmap of a broken merge (`docs/compare_cut_one_early.svg`):
+/// a simulated run whose merge cuts one position early, kept in
+/// `target/compare-demo`, compared with `pd-stitch compare` on its first
+/// request of one choice with rows of 48 layers. Run by hand:
+/// `cargo test --all-features --test sim -- --ignored write_the_readme_heatmap --nocapture`.
+#[test]
+#[ignore = "writes docs/compare_cut_one_early.svg; run by hand"]
+fn write_the_readme_heatmap() {
+    let index = (0..1000)
+        .find(|&i| {
+            let r = Request::draw(1, i);
+            r.choices == 1
+                && r.shape == [48, 8]
+                && (40..=100).contains(&r.prompt)
+                && r.completion >= 40
+        })
+        .unwrap();
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/compare-demo");
+    let _ = std::fs::remove_dir_all(&dir);
+    let config = Config {
+        requests: index + 1,
+        seed: 1,
+        dir: dir.clone(),
+        concurrency: 2,
+    };
+    let broken = |p: &Value, d: &mut Value| -> Result<bool, Error> {
+        pd_stitch::merge_routed_experts_for_pd(&cut_one_early(p), d)
+    };
+    run(&config, &broken, &|_, _| {}).unwrap();
+    let folder = format!("target/compare-demo/req-{index:04}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pd-stitch"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args([
+            "compare",
+            &format!("{folder}/by-handle.merged.json"),
+            &format!("{folder}/colocated.json"),
+            "--root-a",
+            "target/compare-demo",
+            "--root-b",
+            "target/compare-demo",
+            "--svg",
+            "docs/compare_cut_one_early.svg",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    println!("request {index}\n{}", String::from_utf8_lossy(&out.stdout));
+}

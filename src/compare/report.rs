@@ -427,31 +427,36 @@ impl fmt::Display for ChoiceReport {
                 "  prompt len  unknown (no --prompt-len, usage or prefill segments)"
             )?,
         }
-        let short: Vec<String> = self
-            .per_layer_equal
-            .iter()
-            .enumerate()
-            .filter(|(_, &n)| n < self.compared)
-            .map(|(layer, n)| format!("{layer}: {n}"))
-            .collect();
-        if short.is_empty() {
-            writeln!(
-                f,
-                "  per layer   every layer equal at all {} positions",
-                self.compared
-            )?;
-        } else {
-            let more = short.len().saturating_sub(12);
-            write!(
-                f,
-                "  per layer   equal positions of layers that differ: {}",
-                short[..short.len().min(12)].join(", ")
-            )?;
-            if more > 0 {
-                write!(f, ", and {more} more")?;
+        // Layers with the same count, in runs: `0-47: 140` rather than 48 entries.
+        let mut runs: Vec<(usize, usize, u64)> = Vec::new();
+        for (layer, &n) in self.per_layer_equal.iter().enumerate() {
+            match runs.last_mut() {
+                Some((_, last, count)) if *count == n => *last = layer,
+                _ => runs.push((layer, layer, n)),
             }
-            writeln!(f)?;
         }
+        let runs: Vec<String> = runs
+            .iter()
+            .map(|&(first, last, n)| {
+                let layers = if first == last {
+                    format!("{first}")
+                } else {
+                    format!("{first}-{last}")
+                };
+                format!("{layers}: {n}")
+            })
+            .collect();
+        let shown = runs.len().min(16);
+        write!(
+            f,
+            "  per layer   equal positions of {} compared, by layer: {}",
+            self.compared,
+            runs[..shown].join(", ")
+        )?;
+        if runs.len() > shown {
+            write!(f, ", and {} more", runs.len() - shown)?;
+        }
+        writeln!(f)?;
         writeln!(f, "  only in A   {}", intervals(&self.only_in_a))?;
         writeln!(f, "  only in B   {}", intervals(&self.only_in_b))?;
         for d in &self.first_differences {

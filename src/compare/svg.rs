@@ -85,7 +85,7 @@ impl Report {
         let _ = writeln!(
             out,
             r#"<?xml version="1.0" encoding="UTF-8"?>
-<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">
+<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12" shape-rendering="crispEdges">
 <rect width="{width}" height="{height}" fill="white"/>
 <text x="{LEFT}" y="18" font-size="14">pd-stitch compare: A against B, positions (x) by layers (y)</text>"#
         );
@@ -178,7 +178,7 @@ fn panel(out: &mut String, choice: &ChoiceReport, top: f64) {
     if layers > 1 {
         let _ = writeln!(
             out,
-            r#"<text x="{}" y="{:.2}" text-anchor="end">{}</text>"#,
+            r#"<text x="{}" y="{:.2}" text-anchor="end">layer {}</text>"#,
             LEFT - 6.0,
             plot_top + plot_height,
             layers - 1
@@ -238,7 +238,8 @@ fn legend(out: &mut String, y: f64) {
             y + 11.0,
             label(cell)
         );
-        x += 30.0 + 7.0 * label(cell).len() as f64;
+        // About 6.5 pixels a character at 12 px sans-serif.
+        x += 34.0 + 6.5 * label(cell).len() as f64;
     }
     let _ = writeln!(
         out,
