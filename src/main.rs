@@ -1,5 +1,6 @@
-//! `pd-stitch`: merge, check and gather P/D responses, and simulate a P/D
-//! deployment to show the stitched rows are right.
+//! `pd-stitch`: merge, check, gather and compare P/D responses, simulate a
+//! P/D deployment to show the stitched rows are right, and print shell
+//! completions.
 //!
 //! Results go to stdout; an error is one line on stderr and a non-zero exit.
 
@@ -9,9 +10,10 @@ use std::fs;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Mutex;
 use std::time::Instant;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use pd_stitch::compare;
 use pd_stitch::gather::{self, Source};
 use pd_stitch::sim::{self, Config};
@@ -23,6 +25,9 @@ use serde_json::Value;
 #[derive(Parser)]
 #[command(name = "pd-stitch", version, about)]
 struct Cli {
+    /// Show no progress on stderr (it shows only on a terminal anyway).
+    #[arg(long, short, global = true)]
+    quiet: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -31,6 +36,9 @@ struct Cli {
 enum Command {
     /// Merge a prefill and a decode response as a router does
     /// (merge_routed_experts_for_pd) and print the merged decode response.
+    #[command(
+        after_help = "Example:\n  pd-stitch merge examples/seed/prefill.json examples/seed/decode.json -o merged.json"
+    )]
     Merge {
         /// The prefill instance's response (JSON).
         prefill: PathBuf,
@@ -48,15 +56,20 @@ enum Command {
     },
     /// Check a response's rows: coverage, gaps, overlaps, dtype and shape
     /// agreement, order, and that every segment's bytes exist in its file.
+    #[command(after_help = "Example:\n  pd-stitch check merged.json --root examples/seed")]
     Check {
-        /// The response (JSON).
-        response: PathBuf,
+        /// The response (JSON); several are checked one after the other.
+        #[arg(required = true, value_name = "RESPONSE")]
+        responses: Vec<PathBuf>,
         /// Resolve relative file names against this directory.
         #[arg(long, value_name = "DIR", default_value = ".")]
         root: PathBuf,
     },
     /// Reconstruct one choice's rows of a field, in position order, from the
     /// files (by handle) or the inline value.
+    #[command(
+        after_help = "Example:\n  pd-stitch gather merged.json --choice 1 --root examples/seed --npy rows.npy"
+    )]
     Gather {
         /// The response (JSON).
         response: PathBuf,
@@ -78,6 +91,9 @@ enum Command {
     /// per layer and per region, where they first differ, and positions one
     /// side covers only. Exit status 0 when all equal, 1 when anything
     /// differs, 2 on an error.
+    #[command(
+        after_help = "Example:\n  pd-stitch compare merged.json examples/seed/decode.json --root-a examples/seed --root-b examples/seed --svg map.svg"
+    )]
     Compare {
         /// Response A (JSON).
         #[arg(required_unless_present = "dirs")]
@@ -115,8 +131,17 @@ enum Command {
         #[arg(long, value_name = "OUT.svg")]
         svg: Option<PathBuf>,
     },
+    /// Print the shell completion script of pd-stitch on stdout.
+    #[command(
+        after_help = "Example:\n  pd-stitch completions bash > ~/.local/share/bash-completion/completions/pd-stitch"
+    )]
+    Completions {
+        /// The shell: bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
     /// Simulate a colocated server and a 1P1D deployment over the same truth,
     /// stitch every request in every form, and check the rows bitwise.
+    #[command(after_help = "Example:\n  pd-stitch simulate --requests 40 --seed 7")]
     Simulate {
         /// How many requests.
         #[arg(long, default_value_t = 160)]
@@ -134,7 +159,8 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    match run(Cli::parse().command) {
+    let cli = Cli::parse();
+    match run(cli.command, cli.quiet) {
         Ok(code) => code,
         Err(message) => {
             eprintln!("error: {message}");
@@ -143,7 +169,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(command: Command) -> Result<ExitCode, String> {
+fn run(command: Command, quiet: bool) -> Result<ExitCode, String> {
     match command {
         Command::Merge {
             prefill,
@@ -152,15 +178,7 @@ fn run(command: Command) -> Result<ExitCode, String> {
             output,
             pretty,
         } => merge(&prefill, &decode, fields, output, pretty),
-        Command::Check { response, root } => {
-            let report = gather::check(&read_json(&response)?, &root);
-            print!("{report}");
-            Ok(if report.is_ok() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            })
-        }
+        Command::Check { responses, root } => check(&responses, &root, quiet),
         Command::Gather {
             response,
             choice,
@@ -199,7 +217,15 @@ fn run(command: Command) -> Result<ExitCode, String> {
             seed,
             dir,
             concurrency,
-        } => simulate(requests, seed, dir, concurrency),
+        } => simulate(requests, seed, dir, concurrency, quiet),
+        Command::Completions { shell } => {
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "pd-stitch", &mut out);
+            std::io::stdout()
+                .write_all(&out)
+                .map_err(|e| e.to_string())?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Compare {
             a,
             b,
@@ -225,7 +251,9 @@ fn run(command: Command) -> Result<ExitCode, String> {
                     eprintln!("error: {message}");
                     COMPARE_ERROR
                 }
-                (Ok(stores), Some(dirs), _, _) => compare_dirs(&dirs, &stores, &options, json),
+                (Ok(stores), Some(dirs), _, _) => {
+                    compare_dirs(&dirs, &stores, &options, json, quiet)
+                }
                 (Ok(stores), None, Some(a), Some(b)) => {
                     compare_files(&a, &b, &stores, &options, json, svg.as_deref())
                 }
@@ -312,6 +340,7 @@ fn compare_dirs(
     stores: &[gather::Store; 2],
     options: &compare::Options,
     json: bool,
+    quiet: bool,
 ) -> u8 {
     let [dir_a, dir_b] = dirs else {
         return COMPARE_ERROR;
@@ -336,7 +365,9 @@ fn compare_dirs(
             "file", "compared", "equal rows", "equal sets", "one side"
         );
     }
-    for name in &names {
+    let progress = Progress::new("files", names.len(), quiet);
+    for (done, name) in names.iter().enumerate() {
+        progress.set(done);
         // A response one directory lacks is a difference, not an error.
         let missing = match (names_a.contains(name), names_b.contains(name)) {
             (true, true) => None,
@@ -351,7 +382,7 @@ fn compare_dirs(
                     serde_json::json!({"file": name, "all_equal": false, "missing": message}),
                 );
             } else {
-                println!("{name:<32}  {message}");
+                progress.say(&format!("{name:<32}  {message}"));
             }
             continue;
         }
@@ -372,12 +403,12 @@ fn compare_dirs(
                     entry["file"] = Value::String((*name).clone());
                     entries.push(entry);
                 } else {
-                    println!(
+                    progress.say(&format!(
                         "{name:<32}  {compared:>9}  {:>20}  {:>20}  {one_side:>8}  {}",
                         compare::fraction(equal, compared),
                         compare::fraction(sets, compared),
                         if same { "equal" } else { "DIFFERENT" }
-                    );
+                    ));
                 }
             }
             Err(message) => {
@@ -386,11 +417,12 @@ fn compare_dirs(
                 if json {
                     entries.push(serde_json::json!({"file": name, "error": message}));
                 } else {
-                    println!("{name:<32}  error: {message}");
+                    progress.say(&format!("{name:<32}  error: {message}"));
                 }
             }
         }
     }
+    progress.finish();
     if json {
         println!(
             "{}",
@@ -407,6 +439,136 @@ fn compare_dirs(
         );
     }
     worst
+}
+
+/// `pd-stitch check`: one response as it always was; several one after the
+/// other, each under a `== FILE` line, with progress, exit status 1 when any
+/// is wrong or cannot be read (said on stderr, and the others still checked).
+fn check(responses: &[PathBuf], root: &Path, quiet: bool) -> Result<ExitCode, String> {
+    if let [response] = responses {
+        let report = gather::check(&read_json(response)?, root);
+        print!("{report}");
+        return Ok(if report.is_ok() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
+    }
+    let progress = Progress::new("files", responses.len(), quiet);
+    let mut all_ok = true;
+    for (done, response) in responses.iter().enumerate() {
+        progress.set(done);
+        match read_json(response) {
+            Ok(value) => {
+                let report = gather::check(&value, root);
+                all_ok &= report.is_ok();
+                progress.say(&format!(
+                    "== {}\n{}",
+                    response.display(),
+                    report.to_string().trim_end()
+                ));
+            }
+            Err(message) => {
+                all_ok = false;
+                progress.clear();
+                eprintln!("error: {message}");
+            }
+        }
+    }
+    progress.finish();
+    Ok(if all_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+// ----------------------------------------------------------------------------
+// Progress, shared by simulate, check over many files and compare --dirs.
+// ----------------------------------------------------------------------------
+
+/// Progress of a long run on stderr: items done of the total, a bar, the
+/// rate and the time left. Drawn only when stderr is a terminal and
+/// `--quiet` was not given, so that scripts and CI logs get nothing extra;
+/// redrawn at most ten times a second, from any thread.
+struct Progress {
+    what: &'static str,
+    total: usize,
+    started: Instant,
+    /// When the line was last drawn; `None` when progress is not shown.
+    drawn: Option<Mutex<Option<Instant>>>,
+}
+
+impl Progress {
+    fn new(what: &'static str, total: usize, quiet: bool) -> Progress {
+        let shown = !quiet && std::io::stderr().is_terminal();
+        Progress {
+            what,
+            total,
+            started: Instant::now(),
+            drawn: shown.then(|| Mutex::new(None)),
+        }
+    }
+
+    /// `done` items are finished.
+    fn set(&self, done: usize) {
+        let Some(drawn) = &self.drawn else {
+            return;
+        };
+        let Ok(mut last) = drawn.lock() else {
+            return;
+        };
+        let now = Instant::now();
+        if done < self.total && last.is_some_and(|t| now.duration_since(t).as_millis() < 100) {
+            return;
+        }
+        *last = Some(now);
+        let elapsed = now.duration_since(self.started).as_secs_f64();
+        let filled = (done * 30).checked_div(self.total).unwrap_or(30).min(30);
+        let rate = if elapsed > 0.0 {
+            done as f64 / elapsed
+        } else {
+            0.0
+        };
+        let left = if done > 0 && done < self.total {
+            format!(
+                ", {:.0} s left",
+                (self.total - done) as f64 * elapsed / done as f64
+            )
+        } else {
+            String::new()
+        };
+        // A failed write to stderr is no reason to stop the work.
+        let _ = write!(
+            std::io::stderr(),
+            "\r[{}{}] {done}/{} {}, {rate:.1}/s{left}\x1b[K",
+            "#".repeat(filled),
+            ".".repeat(30 - filled),
+            self.total,
+            self.what,
+        );
+    }
+
+    /// Erases the progress line, so that what comes next starts clean.
+    fn clear(&self) {
+        if self.drawn.is_some() {
+            let _ = write!(std::io::stderr(), "\r\x1b[K");
+        }
+    }
+
+    /// Prints `line` on stdout, with the progress line out of its way.
+    fn say(&self, line: &str) {
+        self.clear();
+        println!("{line}");
+    }
+
+    /// Draws the final count and ends the line.
+    fn finish(&self) {
+        if self.drawn.is_some() {
+            self.set(self.total);
+            let _ = writeln!(std::io::stderr());
+        }
+    }
 }
 
 fn read_json(path: &Path) -> Result<Value, String> {
@@ -448,6 +610,7 @@ fn simulate(
     seed: u64,
     dir: Option<PathBuf>,
     concurrency: usize,
+    quiet: bool,
 ) -> Result<ExitCode, String> {
     let keep = dir.is_some();
     let dir = dir.unwrap_or_else(|| {
@@ -459,23 +622,12 @@ fn simulate(
         dir: dir.clone(),
         concurrency,
     };
-    let bar = std::io::stderr().is_terminal() && requests >= 20;
-    let progress = |done: usize, total: usize| {
-        if bar && (done % 4 == 0 || done == total) {
-            let filled = done * 40 / total.max(1);
-            eprint!(
-                "\r[{}{}] {done}/{total}",
-                "#".repeat(filled),
-                ".".repeat(40 - filled)
-            );
-            if done == total {
-                eprintln!();
-            }
-        }
-    };
+    let bar = Progress::new("requests", requests, quiet);
+    let progress = |done: usize, _total: usize| bar.set(done);
     let started = Instant::now();
     let merge = |p: &Value, d: &mut Value| pd_stitch::merge_routed_experts_for_pd(p, d);
     let result = sim::run(&config, &merge, &progress);
+    bar.finish();
     if !keep {
         let _ = fs::remove_dir_all(&dir);
     }

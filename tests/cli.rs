@@ -571,6 +571,158 @@ fn compare_dirs_prints_one_line_per_file_and_totals() {
     std::fs::remove_dir_all(b).unwrap();
 }
 
+/// Each subcommand's `--help` ends with an example, and the example runs:
+/// in order, in a scratch directory that sees the committed examples, each
+/// succeeds (compare exits 1: the decode response's own row differs).
+#[test]
+fn every_help_ends_with_an_example_that_runs() {
+    let dir = scratch("help-examples");
+    std::os::unix::fs::symlink(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples"),
+        dir.join("examples"),
+    )
+    .unwrap();
+    for (sub, status) in [
+        ("merge", 0),
+        ("check", 0),
+        ("gather", 0),
+        ("compare", 1),
+        ("simulate", 0),
+        ("completions", 0),
+    ] {
+        let help = stdout(&pd_stitch(&[sub, "--help"]));
+        let last = help.trim_end().lines().last().unwrap();
+        let prefix = format!("  pd-stitch {sub} ");
+        assert!(last.starts_with(&prefix), "{sub}: {help}");
+        // The words of the example up to a shell redirection.
+        let args: Vec<&str> = last
+            .split_whitespace()
+            .skip(1)
+            .take_while(|w| *w != ">")
+            .collect();
+        let out = Command::new(env!("CARGO_BIN_EXE_pd-stitch"))
+            .args(&args)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(status), "{last}: {}", stderr(&out));
+    }
+    assert!(
+        dir.join("merged.json").exists()
+            && dir.join("rows.npy").exists()
+            && dir.join("map.svg").exists()
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// `pd-stitch completions SHELL` writes each shell's script, naming every
+/// subcommand.
+#[test]
+fn completions_are_generated_for_bash_zsh_and_fish() {
+    for (shell, marker) in [
+        ("bash", "complete -F _pd__stitch"),
+        ("zsh", "#compdef pd-stitch"),
+        ("fish", "complete -c pd-stitch"),
+    ] {
+        let out = pd_stitch(&["completions", shell]);
+        assert!(out.status.success(), "{shell}: {}", stderr(&out));
+        let script = stdout(&out);
+        assert!(script.contains(marker), "{shell}: {script}");
+        for sub in [
+            "merge",
+            "check",
+            "gather",
+            "compare",
+            "simulate",
+            "completions",
+        ] {
+            assert!(script.contains(sub), "{shell} lacks {sub}");
+        }
+    }
+    // The bash script parses as bash.
+    let script =
+        std::env::temp_dir().join(format!("pd-stitch-completion-{}.bash", std::process::id()));
+    std::fs::write(&script, pd_stitch(&["completions", "bash"]).stdout).unwrap();
+    let parsed = Command::new("bash")
+        .arg("-n")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(parsed.status.success(), "{}", stderr(&parsed));
+    std::fs::remove_file(script).unwrap();
+    assert_eq!(pd_stitch(&["completions", "tcsh"]).status.code(), Some(2));
+}
+
+/// Long runs in their three forms: `simulate`, `check` of several files,
+/// `compare --dirs`. Each with the arguments that make it run in `dir`.
+fn long_runs(dir: &Path) -> Vec<Vec<String>> {
+    let (a, b) = (dir.join("a"), dir.join("b"));
+    for d in [&a, &b] {
+        std::fs::create_dir_all(d).unwrap();
+        for name in ["x.json", "y.json"] {
+            std::fs::copy("examples/seed/decode.json", d.join(name)).unwrap();
+        }
+    }
+    let s = |p: &Path| p.to_str().unwrap().to_owned();
+    vec![
+        vec!["simulate".into(), "--requests".into(), "30".into()],
+        vec![
+            "check".into(),
+            s(&a.join("x.json")),
+            s(&a.join("y.json")),
+            "--root".into(),
+            "examples/seed".into(),
+        ],
+        vec![
+            "compare".into(),
+            "--dirs".into(),
+            s(&a),
+            s(&b),
+            "--root-a".into(),
+            "examples/seed".into(),
+            "--root-b".into(),
+            "examples/seed".into(),
+        ],
+    ]
+}
+
+/// Progress goes to stderr only when it is a terminal: nothing when piped
+/// (scripts and CI logs stay clean), the count, rate and bar under a
+/// pseudo-terminal (util-linux `script`), and nothing there with --quiet.
+#[test]
+fn progress_shows_on_a_terminal_only_and_quiet_silences_it() {
+    let dir = scratch("progress");
+    let runs = long_runs(&dir);
+    let units = ["30/30 requests", "2/2 files", "2/2 files"];
+    for (args, unit) in runs.iter().zip(units) {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let piped = pd_stitch(&args);
+        assert!(piped.status.success(), "{args:?}: {}", stderr(&piped));
+        assert!(piped.stderr.is_empty(), "{args:?}: {}", stderr(&piped));
+        assert!(!stdout(&piped).contains(unit), "{args:?}");
+        for quiet in [false, true] {
+            let mut line = format!("{} {}", env!("CARGO_BIN_EXE_pd-stitch"), args.join(" "));
+            if quiet {
+                line.push_str(" --quiet");
+            }
+            let out = Command::new("script")
+                .args(["-q", "-e", "-c", &line, "/dev/null"])
+                .output()
+                .expect("util-linux `script`, to run the command under a pseudo-terminal");
+            assert!(out.status.success(), "{line}: {}", stdout(&out));
+            let text = stdout(&out);
+            assert_eq!(text.contains(unit), !quiet, "{line}: {text}");
+            assert_eq!(text.contains("/s"), !quiet, "{line}: {text}");
+            assert_eq!(
+                text.contains("[##############################]"),
+                !quiet,
+                "{line}: {text}"
+            );
+        }
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 #[test]
 fn every_subcommand_has_help() {
     for sub in [
@@ -580,6 +732,7 @@ fn every_subcommand_has_help() {
         vec!["gather", "--help"],
         vec!["simulate", "--help"],
         vec!["compare", "--help"],
+        vec!["completions", "--help"],
     ] {
         let out = pd_stitch(&sub);
         assert!(out.status.success(), "{sub:?}");
