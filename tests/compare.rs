@@ -510,3 +510,27 @@ fn the_prompt_length_comes_from_the_caller_usage_or_the_prefill_segments() {
         Some((3, PromptSource::Payload(Which::B)))
     );
 }
+
+/// 10^5 one-row segments, each after a gap, against the same rows without
+/// gaps: read run by run and compared in time linear in the segments (a
+/// quadratic reading, one pass over the payload per run, takes minutes).
+#[test]
+fn many_runs_compare_in_linear_time() {
+    let n: u64 = 100_000;
+    let mut store = Store::memory();
+    store.write("r.bin", vec![7; n as usize]).unwrap();
+    let seg = |offset: u64, pos: u64, rows: u64| {
+        json!({"field": "routed_experts", "file": "r.bin", "offset": offset, "pos": pos,
+               "rows": rows, "dtype": "uint8", "shape": []})
+    };
+    let gaps =
+        json!({"choices": [{"payload": (0..n).map(|i| seg(i, 2 * i, 1)).collect::<Vec<_>>()}]});
+    let whole = json!({"choices": [{"payload": [seg(0, 0, 2 * n - 1)]}]});
+    store.write("r.bin", vec![7; 2 * n as usize]).unwrap();
+    let started = std::time::Instant::now();
+    let report = compare(&gaps, &store, &whole, &store, &Options::default()).unwrap();
+    let c = &report.choices[0];
+    assert_eq!((c.compared, c.equal_rows), (n, n));
+    assert_eq!(c.only_in_b.len() as u64, n - 1);
+    assert!(started.elapsed().as_secs() < 20, "{:?}", started.elapsed());
+}

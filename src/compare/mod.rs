@@ -15,9 +15,10 @@
 //!
 //! The pieces, one concept per file:
 //!
-//! - this file: [`compare()`], its [`Options`], reading each side
-//!   ([`CompareError`] when a side cannot be read), and the walk over
-//!   positions;
+//! - this file: [`compare()`], its [`Options`], reading each side (with
+//!   [`gather_runs_from`], so that a gap is positions one side lacks rather
+//!   than an error; [`CompareError`] when a side cannot be read), and the
+//!   walk over positions;
 //! - `report.rs`: the typed [`Report`], its text and its JSON;
 //! - `svg.rs`: the heatmap of positions by layers ([`Report::to_svg`]);
 //! - `values.rs`: elements as comparable values, rows as JSON.
@@ -33,7 +34,7 @@ use serde_json::Value;
 
 use crate::algebra::{Dtype, Rows};
 use crate::fields::ROUTED_EXPERTS;
-use crate::gather::{gather_from, GatherError, Gathered, Store};
+use crate::gather::{gather_runs_from, GatherError, Gathered, Store};
 
 pub use report::{
     fraction, Cell, Cells, ChoiceReport, Difference, PromptLen, PromptSource, Region, Report,
@@ -234,62 +235,13 @@ fn read_side(
             return Ok(None);
         }
     }
-    match gather_from(response, choice, field, store) {
-        Ok(rows) => Ok(Some(vec![rows])),
+    // Rows with a gap are still rows: a merge that cuts one position late
+    // leaves one, and the comparison shows it as covered by one side only.
+    match gather_runs_from(response, choice, field, store) {
+        Ok(runs) => Ok(Some(runs)),
         Err(GatherError::NoRows { .. }) => Ok(None),
-        // Rows with a gap are still rows: a merge that cuts one position late
-        // leaves one, and the comparison shows it as covered by one side only.
-        Err(GatherError::Gap { .. }) => runs(response, store, choice, field)
-            .map(Some)
-            .map_err(error),
         Err(other) => Err(error(other)),
     }
-}
-
-/// Gathers each run of consecutive positions of a payload with gaps on its
-/// own: the choice with every segment of `field` outside the run replaced by
-/// `null` (which `gather` skips), so payload indices in errors stay right.
-fn runs(
-    response: &Value,
-    store: &Store,
-    choice: usize,
-    field: &str,
-) -> Result<Vec<Gathered>, GatherError> {
-    let object = response
-        .get("choices")
-        .and_then(|c| c.get(choice))
-        .and_then(Value::as_object);
-    let items = object
-        .and_then(|o| o.get("payload"))
-        .and_then(Value::as_array);
-    let (Some(object), Some(items)) = (object, items) else {
-        return Ok(Vec::new());
-    };
-    // `gather` validated every segment before it found the gap.
-    let interval = |item: &Value| -> Option<Rows> {
-        if item.get("field")?.as_str()? != field {
-            return None;
-        }
-        Rows::with_len(item.get("pos")?.as_u64()?, item.get("rows")?.as_u64()?)
-    };
-    let (union, _, _) = crate::gather::coverage(items.iter().filter_map(interval));
-    let mut out = Vec::with_capacity(union.len());
-    for run in union {
-        let masked: Vec<Value> = items
-            .iter()
-            .map(|item| match interval(item) {
-                Some(r) if r.is_empty() || r.intersection(run).is_none() => Value::Null,
-                _ => item.clone(),
-            })
-            .collect();
-        let mut masked_choice = object.clone();
-        masked_choice.insert("payload".to_owned(), Value::Array(masked));
-        let mut choices = vec![Value::Null; choice];
-        choices.push(Value::Object(masked_choice));
-        let one = serde_json::json!({ "choices": choices });
-        out.push(gather_from(&one, choice, field, store)?);
-    }
-    Ok(out)
 }
 
 /// Where the prompt ends, and who says so.
@@ -464,7 +416,15 @@ impl Walk {
             .collect();
         bounds.sort_unstable();
         bounds.dedup();
-        let covers = |list: &[Rows], x: u64| list.iter().any(|r| r.contains(x));
+        // The pieces between bounds come in order, so each side's runs are
+        // passed once: linear in the runs, not their product.
+        let (mut next_a, mut next_b) = (0, 0);
+        let covers = |list: &[Rows], next: &mut usize, x: u64| {
+            while list.get(*next).is_some_and(|r| r.end() <= x) {
+                *next += 1;
+            }
+            list.get(*next).is_some_and(|r| r.contains(x))
+        };
         for pair in bounds.windows(2) {
             let (Some(&from), Some(&to)) = (pair.first(), pair.get(1)) else {
                 continue;
@@ -472,7 +432,9 @@ impl Walk {
             let Some(piece) = Rows::new(from, to) else {
                 continue;
             };
-            match (covers(&ia, from), covers(&ib, from)) {
+            let in_a = covers(&ia, &mut next_a, from);
+            let in_b = covers(&ib, &mut next_b, from);
+            match (in_a, in_b) {
                 (true, true) => {
                     for x in from..to {
                         self.both(a, b, x);
