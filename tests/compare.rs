@@ -378,8 +378,10 @@ fn the_heatmap_of_32k_positions_shows_one_wrong_position() {
         assert_eq!(rects.len(), 3, "{:?}", layer.attribute("data-layer"));
         assert_eq!(rects[1].attribute("fill"), Some("#d1242f"));
         let x: f64 = rects[1].attribute("x").unwrap().parse().unwrap();
-        // Bin 20000 * 1200 / 32768 = 732, 1 px wide, from the left margin of 70.
-        assert_eq!(x, 70.0 + 732.0);
+        // Bin 20000 * 1200 / 32768 = 732, 1 px wide from the left margin of
+        // 70, drawn 3 px wide around it.
+        assert_eq!(x, 70.0 + 732.0 - 1.0);
+        assert_eq!(rects[1].attribute("width"), Some("3.00"));
     }
     assert_eq!(
         doc.descendants()

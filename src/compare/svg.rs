@@ -10,8 +10,8 @@
 //!
 //! Positions are binned when there are more than the picture is wide
 //! ([`PLOT_WIDTH`] pixels): each bin shows the worst cell among its positions
-//! (different, then one side only, then equal as a set, then equal), so a
-//! single wrong position in 32k still shows as a column.
+//! (different, then one side only, then equal as a set, then equal), drawn at
+//! least three pixels wide, so a single wrong position in 32k still shows.
 
 use std::fmt::Write;
 
@@ -25,6 +25,8 @@ const TOP: f64 = 30.0;
 const TITLE: f64 = 22.0;
 const AXIS: f64 = 34.0;
 const LEGEND: f64 = 40.0;
+/// The narrowest a cell that is not equal is drawn, in pixels.
+const MARK: f64 = 3.0;
 
 fn color(cell: Cell) -> &'static str {
     match cell {
@@ -156,8 +158,14 @@ fn panel(out: &mut String, choice: &ChoiceReport, top: f64) {
             let cell = row[bin];
             let run = row[bin..].iter().take_while(|&&c| c == cell).count();
             if let Some(cell) = cell {
-                let x = LEFT + bin as f64 * bin_width;
-                let w = (run as f64 * bin_width).max(1.0);
+                let mut x = LEFT + bin as f64 * bin_width;
+                let mut w = run as f64 * bin_width;
+                // Anything but equal is drawn at least MARK pixels wide,
+                // centred on its bins, so that one cell among 32k shows.
+                if cell != Cell::Equal && w < MARK {
+                    x -= (MARK - w) / 2.0;
+                    w = MARK;
+                }
                 let _ = writeln!(
                     out,
                     r#"<rect x="{x:.2}" y="{y:.2}" width="{w:.2}" height="{lh:.2}" fill="{}"/>"#,
@@ -205,7 +213,7 @@ fn panel(out: &mut String, choice: &ChoiceReport, top: f64) {
             let x = x_of(p.len);
             let _ = writeln!(
                 out,
-                r##"<line class="boundary" x1="{x:.2}" y1="{:.2}" x2="{x:.2}" y2="{:.2}" stroke="#000" stroke-width="1.5" stroke-dasharray="4 3"/>
+                r##"<line class="boundary" x1="{x:.2}" y1="{:.2}" x2="{x:.2}" y2="{:.2}" stroke="#000" stroke-width="1" stroke-opacity="0.6" stroke-dasharray="4 3"/>
 <text x="{:.2}" y="{axis_y:.2}" text-anchor="end">prompt</text>
 <text x="{:.2}" y="{axis_y:.2}">completion (from {})</text>"##,
                 plot_top - 4.0,
