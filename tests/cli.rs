@@ -653,6 +653,50 @@ fn completions_are_generated_for_bash_zsh_and_fish() {
     assert_eq!(pd_stitch(&["completions", "tcsh"]).status.code(), Some(2));
 }
 
+/// `check` of several responses: each under a `== FILE` line, in order; one
+/// that cannot be read is said on stderr and the others are still checked;
+/// the status is 1 when any is wrong.
+#[test]
+fn check_of_several_responses_checks_each() {
+    let good = "examples/seed/prefill.json";
+    let out = pd_stitch(&[
+        "check",
+        good,
+        "examples/broken/gap.json",
+        "--root",
+        "examples/seed",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    let headers: Vec<&str> = text.lines().filter(|l| l.starts_with("== ")).collect();
+    assert_eq!(
+        headers,
+        [
+            "== examples/seed/prefill.json",
+            "== examples/broken/gap.json"
+        ],
+        "{text}"
+    );
+    assert!(
+        text.contains("problem: choices[0] routed_experts: gaps at [3, 4)"),
+        "{text}"
+    );
+    let out = pd_stitch(&["check", "no-such.json", good, "--root", "examples/seed"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).starts_with("error: no-such.json"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stdout(&out).starts_with("== examples/seed/prefill.json\nchoice"),
+        "{}",
+        stdout(&out)
+    );
+    let both = pd_stitch(&["check", good, good, "--root", "examples/seed"]);
+    assert!(both.status.success(), "{}", stdout(&both));
+}
+
 /// Long runs in their three forms: `simulate`, `check` of several files,
 /// `compare --dirs`. Each with the arguments that make it run in `dir`.
 fn long_runs(dir: &Path) -> Vec<Vec<String>> {
