@@ -3,7 +3,8 @@
 //! The merge never opens a file; this module does. [`gather`] reconstructs the
 //! `(positions, *shape)` array of one field of one choice, in position order,
 //! from the files its payload segments point at (rows by handle) or from its
-//! inline `routed_experts`. [`check`] looks over a whole response without
+//! inline `routed_experts`; [`gather_runs_from`] does the same for rows with
+//! gaps, run by run. [`check`] looks over a whole response without
 //! stopping at the first problem: coverage, gaps, overlaps, dtype and shape
 //! consistency, and whether every segment's bytes exist in its file.
 //!
@@ -391,6 +392,70 @@ pub fn gather_from(
         data,
         source: Source::Files,
     })
+}
+
+/// [`gather_from`], except that positions no segment covers between two
+/// segments are not an error: the rows come back as runs of consecutive
+/// positions, in order, one [`Gathered`] each (one run when there is no gap;
+/// none when every segment is empty). For `compare`, which reports such
+/// positions as covered by one side only.
+///
+/// # Errors
+///
+/// As [`gather_from`], less [`GatherError::Gap`].
+pub fn gather_runs_from(
+    response: &Value,
+    choice: usize,
+    field: &str,
+    store: &Store,
+) -> Result<Vec<Gathered>, GatherError> {
+    let object = choice_object(response, choice)?;
+    let segments = field_segments(object, choice, field)?;
+    match layout(&segments, choice, field) {
+        // Inline rows, or segments with no gap: gather's own answer.
+        Err(GatherError::NoRows { .. }) | Ok(_) => {
+            return gather_from(response, choice, field, store).map(|rows| vec![rows])
+        }
+        Err(GatherError::Gap { .. }) => {}
+        Err(other) => return Err(other),
+    }
+    // Dtypes and shapes agree (layout checks them before gaps): split the
+    // non-empty segments, in position order, where a gap falls, and lay out
+    // and read each run (an overlap is still an error).
+    let mut in_order: Vec<(usize, Segment<String>)> =
+        segments.into_iter().filter(|(_, s)| s.rows() > 0).collect();
+    in_order.sort_by_key(|(_, s)| s.pos());
+    let mut runs = Vec::new();
+    let mut from = 0;
+    for to in 1..=in_order.len() {
+        let split = match (in_order.get(to - 1), in_order.get(to)) {
+            (Some((_, a)), Some((_, b))) => b.pos() > a.end(),
+            _ => true,
+        };
+        if !split {
+            continue;
+        }
+        let run = in_order.get(from..to).unwrap_or_default();
+        let layout = layout(run, choice, field)?;
+        let mut data = Vec::new();
+        for (j, segment) in &layout.in_order {
+            store.read(
+                segment.file(),
+                segment.byte_range(),
+                || item_at(Side::Response, choice, *j),
+                &mut data,
+            )?;
+        }
+        runs.push(Gathered {
+            positions: layout.positions,
+            dtype: layout.dtype,
+            shape: layout.shape,
+            data,
+            source: Source::Files,
+        });
+        from = to;
+    }
+    Ok(runs)
 }
 
 /// `response.choices[choice]`, which must be an object.

@@ -77,6 +77,8 @@
 //!   ([`Base64Error`], [`NpyError`]).
 //! - [`Error`]: what went wrong, and where ([`Location`]).
 //! - [`gather`]: reading rows back from files or inline values, to verify.
+//! - [`compare`]: two responses' rows position by position (a P/D deployment
+//!   against a colocated one), as a typed report and a heatmap.
 //! - `sim` (features `cli` or `testing`): a colocated server and a 1P1D
 //!   deployment simulated over one truth.
 //! - `testing` (feature `testing`): generators, the truth and
@@ -95,6 +97,7 @@
 
 pub mod algebra;
 pub mod bytes;
+pub mod compare;
 mod error;
 mod fields;
 pub mod gather;

@@ -19,6 +19,14 @@
 //! stitches every pair with a merge function (the library's, or a broken one
 //! in tests), gathers the rows back with [`gather`](crate::gather::gather()),
 //! and compares them bitwise with the truth and across forms.
+//!
+//! In each request's folder (`req-NNNN/`) it leaves the merged response of
+//! each form (`by-handle.merged.json`, `compact.merged.json`,
+//! `npy.merged.json`) and the colocated server's own response
+//! (`colocated.json`, rows by handle in `colocated.bin`), so that
+//! `pd-stitch compare` has a real baseline to check them against. File names
+//! in payloads are relative to the run's directory. Every response carries
+//! `usage.prompt_tokens`, as servers report it.
 
 use std::fmt;
 use std::fs;
@@ -315,7 +323,18 @@ impl Request {
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
             Ok(Value::String(inline::encode_base64(&file)))
         };
-        let response = |id: &str, choices: Vec<Value>| json!({"id": format!("{name}-{id}"), "object": "text_completion", "choices": choices});
+        // `usage` as an OpenAI-style server reports it: the prompt, and the
+        // tokens generated over all choices (the prefill instance generates one).
+        let response = |id: &str, choices: Vec<Value>| {
+            let completion = if id == "prefill" {
+                1
+            } else {
+                self.completion * choices.len() as u64
+            };
+            json!({"id": format!("{name}-{id}"), "object": "text_completion", "choices": choices,
+                   "usage": {"prompt_tokens": self.prompt, "completion_tokens": completion,
+                             "total_tokens": self.prompt + completion}})
+        };
         let inline_response = |id: &str, values: Vec<Value>| {
             let choices = values
                 .into_iter()
@@ -644,6 +663,14 @@ fn one(config: &Config, index: usize, merge: &MergeFn) -> io::Result<RequestResu
                 false
             }
         };
+        if mode == Mode::ByHandle {
+            // The colocated server's own answer, rows by handle in
+            // colocated.bin: the baseline `pd-stitch compare` checks against.
+            fs::write(
+                config.dir.join(format!("req-{index:04}/colocated.json")),
+                serde_json::to_vec(&responses.colocated).map_err(io::Error::other)?,
+            )?;
+        }
         let merged_name = format!("req-{index:04}/{}.merged.json", mode.file_stem());
         fs::write(
             config.dir.join(merged_name),

@@ -378,6 +378,425 @@ fn simulate_runs_and_says_so() {
     }
 }
 
+/// A scratch directory for one test.
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("pd-stitch-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The seed example merged, and the decode response as it came: the
+/// decode's row for the last prompt position (2) is wrong and it has no rows
+/// for positions 0 and 1.
+#[test]
+fn compare_exits_0_when_equal_1_when_not_and_prints_the_json_report() {
+    let dir = scratch("compare");
+    let merged = dir.join("merged.json");
+    let merged = merged.to_str().unwrap();
+    assert!(pd_stitch(&[
+        "merge",
+        "examples/seed/prefill.json",
+        "examples/seed/decode.json",
+        "-o",
+        merged
+    ])
+    .status
+    .success());
+    let roots = ["--root-a", "examples/seed", "--root-b", "examples/seed"];
+    let compare = |b: &str, more: &[&str]| {
+        let mut args = vec!["compare", merged, b];
+        args.extend(roots);
+        args.extend(more);
+        pd_stitch(&args)
+    };
+    let same = compare(merged, &[]);
+    assert_eq!(same.status.code(), Some(0), "{}", stderr(&same));
+    assert!(stderr(&same).is_empty());
+    assert!(
+        stdout(&same).ends_with("all 10 compared rows equal, same coverage\n"),
+        "{}",
+        stdout(&same)
+    );
+
+    let svg = dir.join("map.svg");
+    let out = compare(
+        "examples/seed/decode.json",
+        &["--json", "--svg", svg.to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let report: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    assert_eq!(keys(&report), ["all_equal", "choices"]);
+    assert_eq!(report["all_equal"], false);
+    let choice = &report["choices"][1];
+    let mut expected = [
+        "choice",
+        "field",
+        "positions",
+        "compared",
+        "equal_rows",
+        "equal_sets",
+        "per_layer_equal",
+        "prompt",
+        "completion",
+        "first_differences",
+        "only_in_a",
+        "only_in_b",
+    ];
+    expected.sort_unstable();
+    assert_eq!(keys(choice), expected);
+    // Rows of position x are 100 x + k; the decode's own row for 2 is 9999s.
+    let wrong: Vec<Vec<u16>> = vec![vec![9999; 4]; 2];
+    assert_eq!(
+        choice,
+        &serde_json::json!({
+            "choice": 1, "field": "routed_experts", "positions": [0, 5], "compared": 3,
+            "equal_rows": 2, "equal_sets": 2, "per_layer_equal": [2, 2],
+            "prompt": {"positions": [0, 3], "compared": 1, "equal_rows": 0, "equal_sets": 0},
+            "completion": {"positions": [3, 5], "compared": 2, "equal_rows": 2, "equal_sets": 2},
+            "first_differences": [{"position": 2, "a": [[200, 201, 202, 203], [204, 205, 206, 207]], "b": wrong}],
+            "only_in_a": [[0, 2]], "only_in_b": [],
+        })
+    );
+    let map = std::fs::read_to_string(&svg).unwrap();
+    let doc = roxmltree::Document::parse(&map).unwrap();
+    let layers = doc
+        .descendants()
+        .filter(|n| n.attribute("class") == Some("layer"))
+        .count();
+    assert_eq!(layers, 2 * 2, "two choices of two layers");
+
+    // The prompt length given overrides the prefill segments'; one choice only.
+    let out = compare(
+        "examples/seed/decode.json",
+        &["--json", "--choice", "0", "--prompt-len", "2"],
+    );
+    let report: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["choices"].as_array().unwrap().len(), 1);
+    assert_eq!(report["choices"][0]["prompt"]["compared"], 0);
+    assert_eq!(report["choices"][0]["completion"]["equal_rows"], 2);
+
+    // Errors: exit 2, one line on stderr, nothing on stdout.
+    for (b, needle) in [
+        ("no-such.json", "no-such.json"),
+        ("examples/seed/p.bin", "not JSON"),
+        (
+            "examples/broken/overlap.json",
+            "B: response choices[0] routed_experts: positions [2, 3) are covered by two segments",
+        ),
+    ] {
+        let out = compare(b, &[]);
+        assert_eq!(out.status.code(), Some(2), "{b}: {}", stderr(&out));
+        assert!(out.stdout.is_empty(), "{b}");
+        assert_eq!(stderr(&out).lines().count(), 1, "{b}");
+        assert!(
+            stderr(&out).starts_with("error: ") && stderr(&out).contains(needle),
+            "{}",
+            stderr(&out)
+        );
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// `--dirs`: one line per same-named file, a total, and the worst status:
+/// 1 for a difference or a file one directory lacks, 2 for an error.
+#[test]
+fn compare_dirs_prints_one_line_per_file_and_totals() {
+    let (a, b) = (scratch("dirs-a"), scratch("dirs-b"));
+    let merged = a.join("r1.json");
+    assert!(pd_stitch(&[
+        "merge",
+        "examples/seed/prefill.json",
+        "examples/seed/decode.json",
+        "-o",
+        merged.to_str().unwrap()
+    ])
+    .status
+    .success());
+    for (dir, name, from) in [
+        (&b, "r1.json", &merged),
+        (&a, "r2.json", &merged),
+        (
+            &b,
+            "r2.json",
+            &Path::new("examples/seed/decode.json").to_path_buf(),
+        ),
+    ] {
+        std::fs::copy(from, dir.join(name)).unwrap();
+    }
+    let run = || {
+        pd_stitch(&[
+            "compare",
+            "--dirs",
+            a.to_str().unwrap(),
+            b.to_str().unwrap(),
+            "--root-a",
+            "examples/seed",
+            "--root-b",
+            "examples/seed",
+        ])
+    };
+    let out = run();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    assert!(
+        lines[1].starts_with("r1.json") && lines[1].ends_with("equal"),
+        "{text}"
+    );
+    assert!(
+        lines[2].starts_with("r2.json")
+            && lines[2].contains("4/6 (66.67%)")
+            && lines[2].ends_with("DIFFERENT"),
+        "{text}"
+    );
+    assert!(
+        lines[3].starts_with("total: 2 file(s), 1 equal, 1 different or missing, 0 error(s); rows equal 14/16 (87.50%)"),
+        "{text}"
+    );
+    std::fs::write(b.join("r3.json"), "{}").unwrap();
+    let out = run();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out)
+            .lines()
+            .any(|l| l.starts_with("r3.json") && l.contains("missing in")),
+        "{}",
+        stdout(&out)
+    );
+    std::fs::write(a.join("r4.json"), "not json").unwrap();
+    std::fs::write(b.join("r4.json"), "not json").unwrap();
+    let out = run();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stdout(&out)
+            .lines()
+            .any(|l| l.starts_with("r4.json") && l.contains("error: ")),
+        "{}",
+        stdout(&out)
+    );
+    let json = pd_stitch(&[
+        "compare",
+        "--dirs",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        "--json",
+        "--root-a",
+        "examples/seed",
+        "--root-b",
+        "examples/seed",
+    ]);
+    let report: Value = serde_json::from_str(&stdout(&json)).unwrap();
+    let files: Vec<&str> = report["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["file"].as_str().unwrap())
+        .collect();
+    assert_eq!(files, ["r1.json", "r2.json", "r3.json", "r4.json"]);
+    assert_eq!(report["files"][1]["choices"][0]["compared"], 3);
+    std::fs::remove_dir_all(a).unwrap();
+    std::fs::remove_dir_all(b).unwrap();
+}
+
+/// Each subcommand's `--help` ends with an example, and the example runs:
+/// in order, in a scratch directory that sees the committed examples, each
+/// succeeds (compare exits 1: the decode response's own row differs).
+#[test]
+fn every_help_ends_with_an_example_that_runs() {
+    let dir = scratch("help-examples");
+    std::os::unix::fs::symlink(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples"),
+        dir.join("examples"),
+    )
+    .unwrap();
+    for (sub, status) in [
+        ("merge", 0),
+        ("check", 0),
+        ("gather", 0),
+        ("compare", 1),
+        ("simulate", 0),
+        ("completions", 0),
+    ] {
+        let help = stdout(&pd_stitch(&[sub, "--help"]));
+        let last = help.trim_end().lines().last().unwrap();
+        let prefix = format!("  pd-stitch {sub} ");
+        assert!(last.starts_with(&prefix), "{sub}: {help}");
+        // The words of the example up to a shell redirection.
+        let args: Vec<&str> = last
+            .split_whitespace()
+            .skip(1)
+            .take_while(|w| *w != ">")
+            .collect();
+        let out = Command::new(env!("CARGO_BIN_EXE_pd-stitch"))
+            .args(&args)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(status), "{last}: {}", stderr(&out));
+    }
+    assert!(
+        dir.join("merged.json").exists()
+            && dir.join("rows.npy").exists()
+            && dir.join("map.svg").exists()
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// `pd-stitch completions SHELL` writes each shell's script, naming every
+/// subcommand.
+#[test]
+fn completions_are_generated_for_bash_zsh_and_fish() {
+    for (shell, marker) in [
+        ("bash", "complete -F _pd__stitch"),
+        ("zsh", "#compdef pd-stitch"),
+        ("fish", "complete -c pd-stitch"),
+    ] {
+        let out = pd_stitch(&["completions", shell]);
+        assert!(out.status.success(), "{shell}: {}", stderr(&out));
+        let script = stdout(&out);
+        assert!(script.contains(marker), "{shell}: {script}");
+        for sub in [
+            "merge",
+            "check",
+            "gather",
+            "compare",
+            "simulate",
+            "completions",
+        ] {
+            assert!(script.contains(sub), "{shell} lacks {sub}");
+        }
+    }
+    // The bash script parses as bash.
+    let script =
+        std::env::temp_dir().join(format!("pd-stitch-completion-{}.bash", std::process::id()));
+    std::fs::write(&script, pd_stitch(&["completions", "bash"]).stdout).unwrap();
+    let parsed = Command::new("bash")
+        .arg("-n")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(parsed.status.success(), "{}", stderr(&parsed));
+    std::fs::remove_file(script).unwrap();
+    assert_eq!(pd_stitch(&["completions", "tcsh"]).status.code(), Some(2));
+}
+
+/// `check` of several responses: each under a `== FILE` line, in order; one
+/// that cannot be read is said on stderr and the others are still checked;
+/// the status is 1 when any is wrong.
+#[test]
+fn check_of_several_responses_checks_each() {
+    let good = "examples/seed/prefill.json";
+    let out = pd_stitch(&[
+        "check",
+        good,
+        "examples/broken/gap.json",
+        "--root",
+        "examples/seed",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    let headers: Vec<&str> = text.lines().filter(|l| l.starts_with("== ")).collect();
+    assert_eq!(
+        headers,
+        [
+            "== examples/seed/prefill.json",
+            "== examples/broken/gap.json"
+        ],
+        "{text}"
+    );
+    assert!(
+        text.contains("problem: choices[0] routed_experts: gaps at [3, 4)"),
+        "{text}"
+    );
+    let out = pd_stitch(&["check", "no-such.json", good, "--root", "examples/seed"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).starts_with("error: no-such.json"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stdout(&out).starts_with("== examples/seed/prefill.json\nchoice"),
+        "{}",
+        stdout(&out)
+    );
+    let both = pd_stitch(&["check", good, good, "--root", "examples/seed"]);
+    assert!(both.status.success(), "{}", stdout(&both));
+}
+
+/// Long runs in their three forms: `simulate`, `check` of several files,
+/// `compare --dirs`. Each with the arguments that make it run in `dir`.
+fn long_runs(dir: &Path) -> Vec<Vec<String>> {
+    let (a, b) = (dir.join("a"), dir.join("b"));
+    for d in [&a, &b] {
+        std::fs::create_dir_all(d).unwrap();
+        for name in ["x.json", "y.json"] {
+            std::fs::copy("examples/seed/decode.json", d.join(name)).unwrap();
+        }
+    }
+    let s = |p: &Path| p.to_str().unwrap().to_owned();
+    vec![
+        vec!["simulate".into(), "--requests".into(), "30".into()],
+        vec![
+            "check".into(),
+            s(&a.join("x.json")),
+            s(&a.join("y.json")),
+            "--root".into(),
+            "examples/seed".into(),
+        ],
+        vec![
+            "compare".into(),
+            "--dirs".into(),
+            s(&a),
+            s(&b),
+            "--root-a".into(),
+            "examples/seed".into(),
+            "--root-b".into(),
+            "examples/seed".into(),
+        ],
+    ]
+}
+
+/// Progress goes to stderr only when it is a terminal: nothing when piped
+/// (scripts and CI logs stay clean), the count, rate and bar under a
+/// pseudo-terminal (util-linux `script`), and nothing there with --quiet.
+#[test]
+fn progress_shows_on_a_terminal_only_and_quiet_silences_it() {
+    let dir = scratch("progress");
+    let runs = long_runs(&dir);
+    let units = ["30/30 requests", "2/2 files", "2/2 files"];
+    for (args, unit) in runs.iter().zip(units) {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let piped = pd_stitch(&args);
+        assert!(piped.status.success(), "{args:?}: {}", stderr(&piped));
+        assert!(piped.stderr.is_empty(), "{args:?}: {}", stderr(&piped));
+        assert!(!stdout(&piped).contains(unit), "{args:?}");
+        for quiet in [false, true] {
+            let mut line = format!("{} {}", env!("CARGO_BIN_EXE_pd-stitch"), args.join(" "));
+            if quiet {
+                line.push_str(" --quiet");
+            }
+            let out = Command::new("script")
+                .args(["-q", "-e", "-c", &line, "/dev/null"])
+                .output()
+                .expect("util-linux `script`, to run the command under a pseudo-terminal");
+            assert!(out.status.success(), "{line}: {}", stdout(&out));
+            let text = stdout(&out);
+            assert_eq!(text.contains(unit), !quiet, "{line}: {text}");
+            assert_eq!(text.contains("/s"), !quiet, "{line}: {text}");
+            assert_eq!(
+                text.contains("[##############################]"),
+                !quiet,
+                "{line}: {text}"
+            );
+        }
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 #[test]
 fn every_subcommand_has_help() {
     for sub in [
@@ -386,6 +805,8 @@ fn every_subcommand_has_help() {
         vec!["check", "--help"],
         vec!["gather", "--help"],
         vec!["simulate", "--help"],
+        vec!["compare", "--help"],
+        vec!["completions", "--help"],
     ] {
         let out = pd_stitch(&sub);
         assert!(out.status.success(), "{sub:?}");
@@ -435,6 +856,15 @@ mod arbitrary_files {
             std::fs::write(&pa, &a).unwrap();
             std::fs::write(&pb, &b).unwrap();
             let (sa, sb, root) = (pa.to_str().unwrap(), pb.to_str().unwrap(), dir.to_str().unwrap());
+            // compare: 0 equal, 1 different, 2 an error, which says why on
+            // stderr and prints nothing on stdout.
+            let out = pd_stitch(&["compare", sa, sb, "--root-a", root, "--root-b", root]);
+            let code = out.status.code();
+            prop_assert!(matches!(code, Some(0..=2)), "compare: {:?} {}", code, stderr(&out));
+            if code == Some(2) {
+                prop_assert!(out.stdout.is_empty());
+                prop_assert!(stderr(&out).starts_with("error: "), "{}", stderr(&out));
+            }
             for args in [vec!["merge", sa, sb], vec!["gather", sa, "--choice", "0", "--root", root], vec!["check", sa, "--root", root]] {
                 let out = pd_stitch(&args);
                 let code = out.status.code();

@@ -110,4 +110,18 @@ proptest! {
     fn damaged_pairs_never_panic((prefill, decode) in damaged_pair()) {
         check_total(&prefill, &decode)?;
     }
+
+    /// `compare` returns a report or an error on any two JSON trees, and on
+    /// a valid pair and its damaged merge, whatever the store holds.
+    #[test]
+    fn compare_never_panics(a in json_tree(), b in json_tree(), (prefill, decode) in damaged_pair()) {
+        use pd_stitch::compare::{compare, Options};
+        let store = pd_stitch::gather::Store::memory();
+        let _ = compare(&a, &store, &b, &store, &Options::default());
+        let mut merged = decode.clone();
+        let _ = pd_stitch::merge_routed_experts_for_pd(&prefill, &mut merged);
+        for (x, y) in [(&prefill, &decode), (&merged, &decode), (&a, &merged)] {
+            let _ = compare(x, &store, y, &store, &Options::default());
+        }
+    }
 }
