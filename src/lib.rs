@@ -120,7 +120,7 @@ pub use inline::{Base64Error, Form, NpyError};
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-pub use fields::ROUTED_EXPERTS;
+pub use fields::{DEFAULT_FIELDS, ROUTED_EXPERTS, ROUTED_EXPERT_WEIGHTS};
 pub use stitcher::{
     merge_routed_experts_for_pd, merge_routed_experts_in_json, merge_routed_payload_in_json,
     prefill_has_routed_experts, Stitcher,

@@ -35,7 +35,8 @@ enum Command {
         prefill: PathBuf,
         /// The decode instance's response (JSON).
         decode: PathBuf,
-        /// Stitch this payload field too (besides routed_experts); repeatable.
+        /// Stitch this payload field too (besides the defaults, routed_experts and
+        /// routed_expert_weights); repeatable.
         #[arg(long = "field", value_name = "NAME")]
         fields: Vec<String>,
         /// Write the merged response here instead of stdout.

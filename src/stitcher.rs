@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use crate::error::Error;
-use crate::fields::ROUTED_EXPERTS;
+use crate::fields::DEFAULT_FIELDS;
 use crate::handle;
 use crate::merge::{merge, Kinds};
 
@@ -25,15 +25,22 @@ const BOTH: Kinds = Kinds {
 ///
 /// A payload segment is *stitched* when it is an object whose `field` is one
 /// of the stitcher's fields; every other payload item passes through. The
-/// default set is `{"routed_experts"}`, which is what the free functions
-/// ([`merge_routed_payload_in_json`], [`prefill_has_routed_experts`]) use.
+/// default set is [`DEFAULT_FIELDS`](crate::DEFAULT_FIELDS),
+/// `{"routed_experts", "routed_expert_weights"}`, which is what the free
+/// functions ([`merge_routed_payload_in_json`], [`prefill_has_routed_experts`],
+/// and those of [`bytes`](crate::bytes)) use. [`Stitcher::with_fields`] sets
+/// the exact set (`routed_experts` alone, say), [`Stitcher::field`] adds one,
+/// and [`Stitcher::strict`] also refuses merged layouts a trainer would
+/// misread.
 ///
 /// ```
 /// use pd_stitch::Stitcher;
 /// use serde_json::json;
 ///
-/// let stitcher = Stitcher::new().field("routed_expert_weights");
+/// let stitcher = Stitcher::new();
 /// assert_eq!(stitcher.fields().collect::<Vec<_>>(), ["routed_experts", "routed_expert_weights"]);
+/// let experts_only = Stitcher::with_fields(["routed_experts"]);
+/// assert_eq!(experts_only.fields().collect::<Vec<_>>(), ["routed_experts"]);
 ///
 /// let prefill = json!({"choices": [{"payload": [
 ///     {"field": "routed_expert_weights", "file": "p.bin", "offset": 0, "pos": 0, "rows": 4,
@@ -43,6 +50,7 @@ const BOTH: Kinds = Kinds {
 ///      "dtype": "float32", "shape": [2, 2]}]}]});
 ///
 /// assert!(stitcher.prefill_has_routed_experts(&prefill));
+/// assert!(!experts_only.prefill_has_routed_experts(&prefill));
 /// assert!(stitcher.merge_routed_payload_in_json(&prefill, &mut decode)?);
 /// let payload = &decode["choices"][0]["payload"];
 /// assert_eq!(payload[1]["pos"], 4);
@@ -53,21 +61,74 @@ const BOTH: Kinds = Kinds {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stitcher {
     fields: Vec<String>,
+    strict: bool,
 }
 
 impl Default for Stitcher {
-    /// Stitches `routed_experts` only.
+    /// Stitches [`DEFAULT_FIELDS`](crate::DEFAULT_FIELDS): `routed_experts`
+    /// and `routed_expert_weights`; not strict.
     fn default() -> Stitcher {
-        Stitcher {
-            fields: vec![ROUTED_EXPERTS.to_owned()],
-        }
+        Stitcher::with_fields(DEFAULT_FIELDS.iter().copied())
     }
 }
 
 impl Stitcher {
-    /// A stitcher of `routed_experts`, the same as [`Stitcher::default`].
+    /// A stitcher of the default fields, the same as [`Stitcher::default`].
     pub fn new() -> Stitcher {
         Stitcher::default()
+    }
+
+    /// A stitcher of exactly `fields` (in order, a repeated name counted
+    /// once); not strict. `Stitcher::with_fields(["routed_experts"])` stitches
+    /// the routed experts alone, as versions before 0.2 did by default.
+    pub fn with_fields<I>(fields: I) -> Stitcher
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        fields.into_iter().fold(
+            Stitcher {
+                fields: Vec::new(),
+                strict: false,
+            },
+            Stitcher::field,
+        )
+    }
+
+    /// The same stitcher in strict mode: after planning and before writing,
+    /// every decode choice's merged segments of each stitched field must
+    /// tile their positions in payload order, with one row shape and
+    /// compatible dtypes ([`algebra::check_layout`](crate::algebra::check_layout));
+    /// otherwise the merge fails with [`Error::Layout`] and the decode is
+    /// untouched.
+    ///
+    /// ```
+    /// use pd_stitch::{Error, Stitcher};
+    /// use serde_json::json;
+    ///
+    /// let seg = |file: &str, pos: u64, rows: u64| json!({"field": "routed_experts",
+    ///     "file": file, "offset": 0, "pos": pos, "rows": rows, "dtype": "uint8", "shape": [2]});
+    /// let prefill = json!({"choices": [{"payload": [seg("p.bin", 0, 3)]}]});
+    /// // The decode skips position 4: [2, 4) then [5, 7).
+    /// let mut decode = json!({"choices": [{"payload": [seg("d.bin", 2, 2), seg("e.bin", 5, 2)]}]});
+    /// let before = decode.clone();
+    ///
+    /// let err = Stitcher::new().strict().merge_routed_payload_in_json(&prefill, &mut decode);
+    /// assert!(matches!(err, Err(Error::Layout { .. })), "{err:?}");
+    /// assert_eq!(decode, before);
+    /// // Without strict mode the merge goes through, gap and all.
+    /// assert!(Stitcher::new().merge_routed_payload_in_json(&prefill, &mut decode)?);
+    /// # Ok::<(), pd_stitch::Error>(())
+    /// ```
+    #[must_use]
+    pub fn strict(mut self) -> Stitcher {
+        self.strict = true;
+        self
+    }
+
+    /// Whether this stitcher is strict ([`Stitcher::strict`]).
+    pub fn is_strict(&self) -> bool {
+        self.strict
     }
 
     /// The same stitcher, also stitching `name` (adding a field twice is the
@@ -186,8 +247,9 @@ impl Stitcher {
     }
 }
 
-/// The by-handle P/D merge of the `routed_experts` segments of `prefill` into
-/// `decode`, in place.
+/// The by-handle P/D merge of the segments of the default fields
+/// ([`DEFAULT_FIELDS`](crate::DEFAULT_FIELDS): `routed_experts` and
+/// `routed_expert_weights`) of `prefill` into `decode`, in place.
 ///
 /// Returns `Ok(false)`, leaving `decode` untouched, when neither side has a
 /// stitched segment; `Ok(true)` when the prefill's segments were stitched into
@@ -242,7 +304,7 @@ impl Stitcher {
 ///   an array, a choice not an object, or a `payload` neither an array nor
 ///   null.
 pub fn merge_routed_payload_in_json(prefill: &Value, decode: &mut Value) -> Result<bool, Error> {
-    merge(&[ROUTED_EXPERTS], prefill, decode, BY_HANDLE)
+    merge(DEFAULT_FIELDS, prefill, decode, BY_HANDLE)
 }
 
 /// The inline P/D merge of `choices[i].routed_experts`, in place: the
@@ -299,12 +361,13 @@ pub fn merge_routed_payload_in_json(prefill: &Value, decode: &mut Value) -> Resu
 /// - [`Error::Coverage`]: the decode's rows leave a gap after the prefill's,
 ///   or do not reach the cut.
 pub fn merge_routed_experts_in_json(prefill: &Value, decode: &mut Value) -> Result<bool, Error> {
-    merge(&[ROUTED_EXPERTS], prefill, decode, INLINE)
+    merge(DEFAULT_FIELDS, prefill, decode, INLINE)
 }
 
 /// What a router calls after a non-streaming P/D request: the inline merge
 /// ([`merge_routed_experts_in_json`]) and the by-handle merge
-/// ([`merge_routed_payload_in_json`]) of `routed_experts`, as one atomic step.
+/// ([`merge_routed_payload_in_json`]) of the default fields
+/// ([`DEFAULT_FIELDS`](crate::DEFAULT_FIELDS)), as one atomic step.
 ///
 /// Returns the OR of the two: `Ok(true)` when either kind of rows was
 /// stitched, `Ok(false)` (with `decode` untouched) when the responses carry
@@ -325,11 +388,12 @@ pub fn merge_routed_experts_in_json(prefill: &Value, decode: &mut Value) -> Resu
 /// Any error of either merge; `decode` is then exactly as it was, whichever
 /// merge failed.
 pub fn merge_routed_experts_for_pd(prefill: &Value, decode: &mut Value) -> Result<bool, Error> {
-    merge(&[ROUTED_EXPERTS], prefill, decode, BOTH)
+    merge(DEFAULT_FIELDS, prefill, decode, BOTH)
 }
 
-/// Whether `prefill.choices[0]` has `routed_experts` rows to stitch: a
-/// non-null inline `routed_experts`, or a `routed_experts` payload segment.
+/// Whether `prefill.choices[0]` has rows to stitch: a non-null inline
+/// `routed_experts`, or a payload segment of a default field
+/// ([`DEFAULT_FIELDS`](crate::DEFAULT_FIELDS)).
 ///
 /// A router refuses a streaming P/D request when this is true: a stream cannot
 /// be stitched.
@@ -341,7 +405,8 @@ pub fn merge_routed_experts_for_pd(prefill: &Value, decode: &mut Value) -> Resul
 /// assert!(prefill_has_routed_experts(&json!({"choices": [{"routed_experts": "k05VTVBZ"}]})));
 /// assert!(!prefill_has_routed_experts(&json!({"choices": [{"routed_experts": null}]})));
 /// assert!(!prefill_has_routed_experts(&json!({"choices": [{"payload": [{"field": "sampling_mask"}]}]})));
+/// assert!(prefill_has_routed_experts(&json!({"choices": [{"payload": [{"field": "routed_expert_weights"}]}]})));
 /// ```
 pub fn prefill_has_routed_experts(prefill: &Value) -> bool {
-    handle::prefill_has_rows(&[ROUTED_EXPERTS], prefill)
+    handle::prefill_has_rows(DEFAULT_FIELDS, prefill)
 }
