@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{Parser, Subcommand};
-use pd_stitch::gather::{self, Source};
+use pd_stitch::gather::{self, Source, Store};
 use pd_stitch::sim::{self, Config};
 use pd_stitch::{Stitcher, ROUTED_EXPERTS};
 use serde_json::Value;
@@ -51,9 +51,14 @@ enum Command {
     Check {
         /// The response (JSON).
         response: PathBuf,
-        /// Resolve relative file names against this directory.
+        /// Resolve relative file names against this directory; only files
+        /// inside it (or an --allow directory) are read.
         #[arg(long, value_name = "DIR", default_value = ".")]
         root: PathBuf,
+        /// Also read files inside this directory (symlinks resolved);
+        /// repeatable.
+        #[arg(long = "allow", value_name = "DIR")]
+        allow: Vec<PathBuf>,
     },
     /// Reconstruct one choice's rows of a field, in position order, from the
     /// files (by handle) or the inline value.
@@ -66,9 +71,14 @@ enum Command {
         /// The field.
         #[arg(long, default_value = ROUTED_EXPERTS)]
         field: String,
-        /// Resolve relative file names against this directory.
+        /// Resolve relative file names against this directory; only files
+        /// inside it (or an --allow directory) are read.
         #[arg(long, value_name = "DIR", default_value = ".")]
         root: PathBuf,
+        /// Also read files inside this directory (symlinks resolved);
+        /// repeatable.
+        #[arg(long = "allow", value_name = "DIR")]
+        allow: Vec<PathBuf>,
         /// Write the rows as a .npy file instead of printing a summary.
         #[arg(long, value_name = "OUT.npy")]
         npy: Option<PathBuf>,
@@ -110,8 +120,13 @@ fn run(command: Command) -> Result<ExitCode, String> {
             output,
             pretty,
         } => merge(&prefill, &decode, fields, output, pretty),
-        Command::Check { response, root } => {
-            let report = gather::check(&read_json(&response)?, &root);
+        Command::Check {
+            response,
+            root,
+            allow,
+        } => {
+            let store = confined(&root, &allow)?;
+            let report = gather::check_from(&read_json(&response)?, &store);
             print!("{report}");
             Ok(if report.is_ok() {
                 ExitCode::SUCCESS
@@ -124,9 +139,11 @@ fn run(command: Command) -> Result<ExitCode, String> {
             choice,
             field,
             root,
+            allow,
             npy,
         } => {
-            let rows = gather::gather(&read_json(&response)?, choice, &field, &root)
+            let store = confined(&root, &allow)?;
+            let rows = gather::gather_from(&read_json(&response)?, choice, &field, &store)
                 .map_err(|e| e.to_string())?;
             match npy {
                 Some(out) => {
@@ -159,6 +176,18 @@ fn run(command: Command) -> Result<ExitCode, String> {
             concurrency,
         } => simulate(requests, seed, dir, concurrency),
     }
+}
+
+/// The store that reads only inside `root` and the `allow` directories.
+fn confined(root: &Path, allow: &[PathBuf]) -> Result<Store, String> {
+    Store::confined(root, allow).map_err(|e| {
+        // Name the directory that failed to resolve.
+        let bad = std::iter::once(root)
+            .chain(allow.iter().map(PathBuf::as_path))
+            .find(|dir| dir.canonicalize().is_err())
+            .unwrap_or(root);
+        format!("{}: {e}", bad.display())
+    })
 }
 
 fn read_json(path: &Path) -> Result<Value, String> {
