@@ -34,7 +34,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use clap::Parser;
-use pd_stitch::{merge_routed_experts_for_pd, prefill_has_routed_experts};
+use pd_stitch::{merge_routed_experts_for_pd, prefill_has_routed_experts, Stitcher};
 use serde_json::{json, Value};
 
 /// Where the backends are and how the router treats them.
@@ -49,6 +49,9 @@ pub struct Config {
     /// Whether to stitch; off, the router is the same but skips the merge
     /// (to measure what stitching costs on the request path).
     pub stitch: bool,
+    /// Whether to stitch strictly ([`pd_stitch::Stitcher::strict`]): a merged
+    /// layout a trainer would misread is a 502 instead of a 200.
+    pub strict: bool,
 }
 
 /// The router's state: its configuration and one pooled HTTP client.
@@ -183,7 +186,14 @@ impl Router {
             .json(Backend::Decode, &decode_request(request, &prefill))
             .await?;
         if self.config.stitch {
-            merge_routed_experts_for_pd(&prefill, &mut decode).map_err(|e| {
+            let merged = if self.config.strict {
+                Stitcher::new()
+                    .strict()
+                    .merge_routed_experts_for_pd(&prefill, &mut decode)
+            } else {
+                merge_routed_experts_for_pd(&prefill, &mut decode)
+            };
+            merged.map_err(|e| {
                 Failure::new(
                     StatusCode::BAD_GATEWAY,
                     "stitch_error",
@@ -354,6 +364,10 @@ struct Args {
     /// Skip the merge (to compare its cost).
     #[arg(long)]
     no_stitch: bool,
+    /// Refuse (502) a merged layout a trainer would misread: gaps, overlaps,
+    /// segments out of order, mixed row shapes or dtype kinds.
+    #[arg(long)]
+    strict: bool,
 }
 
 #[tokio::main]
@@ -373,6 +387,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         decode: args.decode,
         timeout,
         stitch: !args.no_stitch,
+        strict: args.strict,
     };
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     tracing::info!(
@@ -380,7 +395,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         listener.local_addr()?,
         config.prefill,
         config.decode,
-        if config.stitch { "on" } else { "off" }
+        match (config.stitch, config.strict) {
+            (false, _) => "off",
+            (true, false) => "on",
+            (true, true) => "on, strict",
+        }
     );
     serve(listener, app(config)?).await?;
     Ok(())

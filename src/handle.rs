@@ -12,14 +12,18 @@
 
 use serde_json::{Map, Value};
 
-use crate::algebra::{row_bytes, Cuts, Dtype, Extent, Segment};
+use crate::algebra::{row_bytes, Cuts, Dtype, Extent, Rows, Segment};
 use crate::error::{describe, Error, Location, Side};
 use crate::json::{self, choice_at};
+use crate::strict::{Origin, Planned};
 
 /// The prefill's side of the by-handle merge: its stitched segments (the JSON
 /// objects, copied into every decode choice as they are) and their cuts.
 pub(crate) struct Prefill<'p> {
     prefix: Vec<&'p Value>,
+    /// The payload index of each segment of `prefix` (for strict mode's
+    /// errors).
+    prefix_index: Vec<usize>,
     cuts: Cuts,
 }
 
@@ -31,6 +35,7 @@ impl<'p> Prefill<'p> {
         prefill: &'p Value,
     ) -> Result<Option<Prefill<'p>>, Error> {
         let mut prefix = Vec::new();
+        let mut prefix_index = Vec::new();
         let mut cuts = Cuts::default();
         for (j, item) in prefill_payload(prefill).iter().enumerate() {
             let Some(keys) = Keys::stitched(fields, item) else {
@@ -39,11 +44,16 @@ impl<'p> Prefill<'p> {
             let extent = keys.extent(&|| item_at(Side::Prefill, 0, j))?;
             cuts.extend(keys.field, extent.end());
             prefix.push(item);
+            prefix_index.push(j);
         }
         if prefix.is_empty() {
             return Ok(None);
         }
-        Ok(Some(Prefill { prefix, cuts }))
+        Ok(Some(Prefill {
+            prefix,
+            prefix_index,
+            cuts,
+        }))
     }
 
     /// Validates decode choice `i` and decides the fate of each of its payload
@@ -103,6 +113,60 @@ impl<'p> Prefill<'p> {
             }
         }
         choice.insert("payload".to_owned(), Value::Array(merged));
+    }
+}
+
+impl<'p> Prefill<'p> {
+    /// Strict mode's view of decode choice `choice` (index `i`) after `plan`:
+    /// its merged stitched segments in merged-payload order, with the
+    /// positions each will cover. Reads only; the segments were validated
+    /// when planned.
+    pub(crate) fn planned<'v, S: AsRef<str>>(
+        &'v self,
+        fields: &[S],
+        choice: &'v Map<String, Value>,
+        i: usize,
+        plan: &Plan,
+    ) -> Result<Planned<'v>, Error>
+    where
+        'p: 'v,
+    {
+        let mut planned = Planned::default();
+        let mut index = 0;
+        for (&item, &j) in self.prefix.iter().zip(&self.prefix_index) {
+            if let Some(keys) = Keys::stitched(fields, item) {
+                let (extent, dtype, dims) = keys.parts(&|| item_at(Side::Prefill, 0, j))?;
+                let shape = dims.iter().filter_map(Value::as_u64);
+                planned.push(
+                    index,
+                    Origin::Prefill(j),
+                    keys.field,
+                    extent.positions(),
+                    dtype,
+                    shape,
+                );
+            }
+            index += 1;
+        }
+        let items = match choice.get("payload") {
+            Some(Value::Array(items)) => items.as_slice(),
+            _ => &[],
+        };
+        for (j, (item, fate)) in items.iter().zip(&plan.fates).enumerate() {
+            let rows = match fate {
+                Fate::Drop => continue,
+                Fate::Keep => None,
+                Fate::Clip { pos, rows, .. } => Rows::with_len(*pos, *rows),
+            };
+            if let Some(keys) = Keys::stitched(fields, item) {
+                let (extent, dtype, dims) = keys.parts(&|| item_at(Side::Decode, i, j))?;
+                let rows = rows.unwrap_or(extent.positions());
+                let shape = dims.iter().filter_map(Value::as_u64);
+                planned.push(index, Origin::Decode(j), keys.field, rows, dtype, shape);
+            }
+            index += 1;
+        }
+        Ok(planned)
     }
 }
 

@@ -105,6 +105,7 @@ mod merge;
 #[cfg(any(feature = "cli", feature = "testing"))]
 pub mod sim;
 mod stitcher;
+mod strict;
 #[cfg(feature = "testing")]
 pub mod testing;
 

@@ -39,6 +39,10 @@ enum Command {
         /// routed_expert_weights); repeatable.
         #[arg(long = "field", value_name = "NAME")]
         fields: Vec<String>,
+        /// Refuse a merged layout a trainer would misread (gaps, overlaps,
+        /// segments out of position order, mixed row shapes or dtype kinds).
+        #[arg(long)]
+        strict: bool,
         /// Write the merged response here instead of stdout.
         #[arg(short, long, value_name = "OUT")]
         output: Option<PathBuf>,
@@ -117,9 +121,14 @@ fn run(command: Command) -> Result<ExitCode, String> {
             prefill,
             decode,
             fields,
+            strict,
             output,
             pretty,
-        } => merge(&prefill, &decode, fields, output, pretty),
+        } => {
+            let stitcher = fields.into_iter().fold(Stitcher::new(), Stitcher::field);
+            let stitcher = if strict { stitcher.strict() } else { stitcher };
+            merge(&stitcher, &prefill, &decode, output, pretty)
+        }
         Command::Check {
             response,
             root,
@@ -196,13 +205,12 @@ fn read_json(path: &Path) -> Result<Value, String> {
 }
 
 fn merge(
+    stitcher: &Stitcher,
     prefill: &Path,
     decode: &Path,
-    fields: Vec<String>,
     output: Option<PathBuf>,
     pretty: bool,
 ) -> Result<ExitCode, String> {
-    let stitcher = fields.into_iter().fold(Stitcher::new(), Stitcher::field);
     let prefill = read_json(prefill)?;
     let mut decode = read_json(decode)?;
     stitcher

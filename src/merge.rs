@@ -30,6 +30,7 @@ pub(crate) fn merge<S: AsRef<str>>(
     prefill: &Value,
     decode: &mut Value,
     kinds: Kinds,
+    strict: bool,
 ) -> Result<bool, Error> {
     let inline = if kinds.inline {
         inline::Prefill::read(prefill)?
@@ -72,6 +73,9 @@ pub(crate) fn merge<S: AsRef<str>>(
             .as_ref()
             .map(|p| p.plan(fields, choice, i))
             .transpose()?;
+        if let (true, Some(prefill), Some(plan)) = (strict, &by_handle, &handle_plan) {
+            strict_check(fields, prefill, choice, i, plan)?;
+        }
         plans.push(ChoicePlan {
             choice,
             inline: inline_plan,
@@ -88,6 +92,18 @@ pub(crate) fn merge<S: AsRef<str>>(
         }
     }
     Ok(true)
+}
+
+/// Strict mode's hook: the layout rule on decode choice `i`'s planned merged
+/// payload, before anything is written ([`crate::strict`]).
+fn strict_check<S: AsRef<str>>(
+    fields: &[S],
+    prefill: &handle::Prefill<'_>,
+    choice: &Map<String, Value>,
+    i: usize,
+    plan: &handle::Plan,
+) -> Result<(), Error> {
+    crate::strict::check(fields, &prefill.planned(fields, choice, i, plan)?, i)
 }
 
 /// One decode choice and what each kind will write into it.

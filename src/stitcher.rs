@@ -159,7 +159,7 @@ impl Stitcher {
         prefill: &Value,
         decode: &mut Value,
     ) -> Result<bool, Error> {
-        merge(&self.fields, prefill, decode, BY_HANDLE)
+        merge(&self.fields, prefill, decode, BY_HANDLE, self.strict)
     }
 
     /// The inline merge of `routed_experts` (compact or npy); see
@@ -174,7 +174,7 @@ impl Stitcher {
         prefill: &Value,
         decode: &mut Value,
     ) -> Result<bool, Error> {
-        merge(&self.fields, prefill, decode, INLINE)
+        merge(&self.fields, prefill, decode, INLINE, self.strict)
     }
 
     /// The inline and the by-handle merge, as one atomic step; see
@@ -189,7 +189,7 @@ impl Stitcher {
         prefill: &Value,
         decode: &mut Value,
     ) -> Result<bool, Error> {
-        merge(&self.fields, prefill, decode, BOTH)
+        merge(&self.fields, prefill, decode, BOTH, self.strict)
     }
 
     /// [`merge_routed_experts_for_pd`](Stitcher::merge_routed_experts_for_pd)
@@ -304,7 +304,7 @@ impl Stitcher {
 ///   an array, a choice not an object, or a `payload` neither an array nor
 ///   null.
 pub fn merge_routed_payload_in_json(prefill: &Value, decode: &mut Value) -> Result<bool, Error> {
-    merge(DEFAULT_FIELDS, prefill, decode, BY_HANDLE)
+    merge(DEFAULT_FIELDS, prefill, decode, BY_HANDLE, false)
 }
 
 /// The inline P/D merge of `choices[i].routed_experts`, in place: the
@@ -361,7 +361,7 @@ pub fn merge_routed_payload_in_json(prefill: &Value, decode: &mut Value) -> Resu
 /// - [`Error::Coverage`]: the decode's rows leave a gap after the prefill's,
 ///   or do not reach the cut.
 pub fn merge_routed_experts_in_json(prefill: &Value, decode: &mut Value) -> Result<bool, Error> {
-    merge(DEFAULT_FIELDS, prefill, decode, INLINE)
+    merge(DEFAULT_FIELDS, prefill, decode, INLINE, false)
 }
 
 /// What a router calls after a non-streaming P/D request: the inline merge
@@ -388,7 +388,7 @@ pub fn merge_routed_experts_in_json(prefill: &Value, decode: &mut Value) -> Resu
 /// Any error of either merge; `decode` is then exactly as it was, whichever
 /// merge failed.
 pub fn merge_routed_experts_for_pd(prefill: &Value, decode: &mut Value) -> Result<bool, Error> {
-    merge(DEFAULT_FIELDS, prefill, decode, BOTH)
+    merge(DEFAULT_FIELDS, prefill, decode, BOTH, false)
 }
 
 /// Whether `prefill.choices[0]` has rows to stitch: a non-null inline
