@@ -407,6 +407,47 @@ fn gather_and_check_read_only_inside_root_and_allow() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+/// `merge --strict`: the committed examples merge as without it; a decode
+/// whose segments leave a gap merges plainly but strictly fails with exit
+/// status 1, one line naming the choice and the layout problem, and nothing
+/// on stdout.
+#[test]
+fn merge_strict_refuses_a_layout_a_trainer_would_misread() {
+    for dir in ["examples/seed", "examples/inline"] {
+        let (p, d) = (format!("{dir}/prefill.json"), format!("{dir}/decode.json"));
+        let plain = pd_stitch(&["merge", &p, &d]);
+        let strict = pd_stitch(&["merge", &p, &d, "--strict"]);
+        assert!(strict.status.success(), "{dir}: {}", stderr(&strict));
+        assert_eq!(stdout(&strict), stdout(&plain), "{dir}");
+    }
+    let dir = std::env::temp_dir().join(format!("pd-stitch-cli-strict-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let seg = |file: &str, pos: u64, rows: u64| {
+        serde_json::json!({"field": "routed_experts", "file": file, "offset": 0, "pos": pos,
+                           "rows": rows, "dtype": "uint8", "shape": [2]})
+    };
+    let (p, d) = (dir.join("p.json"), dir.join("d.json"));
+    std::fs::write(
+        &p,
+        serde_json::json!({"choices": [{"payload": [seg("p.bin", 0, 3)]}]}).to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        &d,
+        serde_json::json!({"choices": [{"payload": [seg("d.bin", 2, 2), seg("e.bin", 5, 2)]}]})
+            .to_string(),
+    )
+    .unwrap();
+    let (p, d) = (p.to_str().unwrap(), d.to_str().unwrap());
+    assert!(pd_stitch(&["merge", p, d]).status.success());
+    assert_fails(
+        &pd_stitch(&["merge", p, d, "--strict"]),
+        "decode choices[0].payload: strict: the merged routed_experts segments would be misread: \
+         segment 2 starts at 5 but segment 1 ends at 4",
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 #[test]
 fn simulate_runs_and_says_so() {
     let out = pd_stitch(&["simulate", "--requests", "12", "--seed", "3"]);

@@ -121,7 +121,7 @@ impl fmt::Display for LayoutProblem {
             ),
             LayoutProblem::Overlap { first, second, end, start } => write!(
                 f,
-                "segment {second} starts at {start}, inside segment {first}, which ends at {end}: positions [{start}, {end}) come twice"
+                "segment {second} starts at {start}, inside segment {first}, which ends at {end}: an overlap"
             ),
             LayoutProblem::OutOfOrder { first, second, first_start, start } => write!(
                 f,

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use crate::algebra::{Rows, Segment};
+use crate::algebra::{check_layout, Rows, Segment};
 use crate::error::{describe, Location, Side};
 use crate::fields::ROUTED_EXPERTS;
 use crate::handle::item_at;
@@ -106,15 +106,6 @@ fn check_field(items: &[Value], i: usize, field: &str, store: &Store) -> FieldRe
         let same_shape = segments.iter().all(|(_, s)| s.shape() == first.shape());
         out.dtype = same_dtype.then(|| first.dtype());
         out.shape = same_shape.then(|| first.shape().to_vec());
-        if !same_dtype {
-            out.problems
-                .push(format!("choices[{i}] {field}: segments disagree on dtype"));
-        }
-        if !same_shape {
-            out.problems.push(format!(
-                "choices[{i}] {field}: segments disagree on row shape"
-            ));
-        }
     }
     let (coverage, gaps, overlaps) = coverage(segments.iter().map(|(_, s)| s.positions()));
     if !gaps.is_empty() {
@@ -127,14 +118,16 @@ fn check_field(items: &[Value], i: usize, field: &str, store: &Store) -> FieldRe
             list(&overlaps)
         ));
     }
-    let non_empty: Vec<&(usize, Segment<String>)> =
-        segments.iter().filter(|(_, s)| s.rows() > 0).collect();
-    if non_empty
-        .windows(2)
-        .any(|w| matches!(w, [(_, a), (_, b)] if b.pos() < a.pos()))
-    {
+    // The one layout rule strict merges use: what a trainer concatenating the
+    // segments in payload order would misread (order, shape, dtype kind).
+    let layout = segments
+        .iter()
+        .map(|(_, s)| (s.positions(), s.dtype(), s.shape()));
+    if let Err(problem) = check_layout(layout) {
+        let payload_index = |k: usize| segments.get(k).map_or(k, |(j, _)| *j);
         out.problems.push(format!(
-            "choices[{i}] {field}: segments are not in position order, so concatenating them in payload order misplaces rows"
+            "choices[{i}] {field}: read in payload order (segments by payload index), {}",
+            problem.map_segments(payload_index)
         ));
     }
     for (j, segment) in &segments {

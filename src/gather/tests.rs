@@ -183,7 +183,7 @@ fn check_counts_segments_and_flags_payload_order() {
     assert!(reversed.gaps.is_empty() && reversed.overlaps.is_empty());
     assert_eq!(
         reversed.problems,
-        ["choices[0] routed_experts: segments are not in position order, so concatenating them in payload order misplaces rows"]
+        ["choices[0] routed_experts: read in payload order (segments by payload index), segment 1 starts at 0, before segment 0 (at 2): not in position order"]
     );
     let with_empty = check_one(
         "order-empty",
@@ -201,7 +201,8 @@ fn check_counts_segments_and_flags_payload_order() {
 }
 
 /// Two segments that start at the same position overlap, but neither
-/// comes before the other: one problem, not two.
+/// comes before the other: an overlap (twice: the positions covered twice,
+/// and what reading in payload order meets), not a problem of order.
 #[test]
 fn check_reports_segments_at_one_position_as_an_overlap_only() {
     let field = check_one(
@@ -215,7 +216,10 @@ fn check_reports_segments_at_one_position_as_an_overlap_only() {
     assert_eq!(field.overlaps, [Rows::new(0, 1).unwrap()]);
     assert_eq!(
         field.problems,
-        ["choices[0] routed_experts: positions covered twice at [0, 1)"]
+        [
+            "choices[0] routed_experts: positions covered twice at [0, 1)",
+            "choices[0] routed_experts: read in payload order (segments by payload index), segment 1 starts at 0, inside segment 0, which ends at 2: an overlap"
+        ]
     );
 }
 
@@ -306,4 +310,39 @@ proptest! {
         let got = coverage(rows);
         prop_assert_eq!(got, (union, gaps, runs(covered(2))));
     }
+}
+
+/// `check` holds segments to the same layout rule as strict merges: a uint8
+/// prompt with a uint16 completion is fine (the dtype column says `mixed`),
+/// a float among integers is a problem naming both payload indices.
+#[test]
+fn check_uses_the_layout_rule_for_dtypes() {
+    let dir = scratch("dtypes");
+    Store::Dir(dir.clone())
+        .write("a.bin", (0..8).collect())
+        .unwrap();
+    let routed = |dtype: &str| {
+        let mut second = segment(ROUTED_EXPERTS, "a.bin", 2, 1, 1, 2);
+        second["dtype"] = json!(dtype);
+        let payload = vec![
+            segment("sampling_mask", "a.bin", 0, 0, 1, 1),
+            segment(ROUTED_EXPERTS, "a.bin", 0, 0, 1, 2),
+            second,
+        ];
+        let report = check(&one_choice(payload), &dir);
+        report
+            .fields
+            .into_iter()
+            .find(|f| f.field == ROUTED_EXPERTS)
+            .unwrap()
+    };
+    let mixed = routed("uint16");
+    assert!(mixed.problems.is_empty(), "{:?}", mixed.problems);
+    assert_eq!(mixed.dtype, None);
+    let float = routed("float16");
+    std::fs::remove_dir_all(dir).unwrap();
+    assert_eq!(
+        float.problems,
+        ["choices[0] routed_experts: read in payload order (segments by payload index), segment 2 has dtype float16 but segment 1 has uint8 (only unsigned integers mix)"]
+    );
 }
