@@ -12,7 +12,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::algebra::{row_bytes, Cuts, Dtype, Extent, Rows, Segment};
+use crate::algebra::{row_bytes, Cuts, Dtype, Extent, Segment};
 use crate::error::{describe, Error, Location, Side};
 use crate::json::{self, choice_at};
 use crate::strict::{Origin, Planned};
@@ -63,14 +63,28 @@ impl<'p> Prefill<'p> {
         fields: &[S],
         choice: &Map<String, Value>,
         i: usize,
+        mut strict: Option<&mut Planned>,
     ) -> Result<Plan, Error> {
         let fates = match choice.get("payload") {
             None | Some(Value::Null) => Vec::new(),
-            Some(Value::Array(items)) => items
-                .iter()
-                .enumerate()
-                .map(|(j, item)| fate(fields, &self.cuts, item, || item_at(Side::Decode, i, j)))
-                .collect::<Result<Vec<Fate>, Error>>()?,
+            Some(Value::Array(items)) => {
+                let mut fates = Vec::with_capacity(items.len());
+                // The merged-payload index of the next item kept (strict mode).
+                let mut index = self.prefix.len();
+                for (j, item) in items.iter().enumerate() {
+                    let record = strict.as_deref_mut().map(|p| (p, index, j));
+                    let fate = fate(
+                        fields,
+                        &self.cuts,
+                        item,
+                        || item_at(Side::Decode, i, j),
+                        record,
+                    )?;
+                    index += usize::from(!matches!(fate, Fate::Drop));
+                    fates.push(fate);
+                }
+                fates
+            }
             Some(other) => {
                 return Err(Error::Structure {
                     at: choice_at(Side::Decode, i).key("payload"),
@@ -79,6 +93,11 @@ impl<'p> Prefill<'p> {
                 })
             }
         };
+        if let Some(planned) = strict {
+            let checked = crate::strict::check(fields, planned, i);
+            planned.reset();
+            checked?;
+        }
         Ok(Plan { fates })
     }
 
@@ -116,58 +135,35 @@ impl<'p> Prefill<'p> {
     }
 }
 
-impl<'p> Prefill<'p> {
-    /// Strict mode's view of decode choice `choice` (index `i`) after `plan`:
-    /// its merged stitched segments in merged-payload order, with the
-    /// positions each will cover. Reads only; the segments were validated
-    /// when planned.
-    pub(crate) fn planned<'v, S: AsRef<str>>(
-        &'v self,
-        fields: &[S],
-        choice: &'v Map<String, Value>,
-        i: usize,
-        plan: &Plan,
-    ) -> Result<Planned<'v>, Error>
-    where
-        'p: 'v,
-    {
+impl Prefill<'_> {
+    /// Strict mode's record of the prefill's stitched segments, the start of
+    /// every choice's merged payload; read once per merge.
+    pub(crate) fn planned_prefix<S: AsRef<str>>(&self, fields: &[S]) -> Result<Planned, Error> {
         let mut planned = Planned::default();
-        let mut index = 0;
-        for (&item, &j) in self.prefix.iter().zip(&self.prefix_index) {
-            if let Some(keys) = Keys::stitched(fields, item) {
+        for (index, (&item, &j)) in self.prefix.iter().zip(&self.prefix_index).enumerate() {
+            if let Some((f, keys)) = stitched_index(fields, item) {
                 let (extent, dtype, dims) = keys.parts(&|| item_at(Side::Prefill, 0, j))?;
                 let shape = dims.iter().filter_map(Value::as_u64);
                 planned.push(
                     index,
                     Origin::Prefill(j),
-                    keys.field,
+                    f,
                     extent.positions(),
                     dtype,
                     shape,
                 );
             }
-            index += 1;
         }
-        let items = match choice.get("payload") {
-            Some(Value::Array(items)) => items.as_slice(),
-            _ => &[],
-        };
-        for (j, (item, fate)) in items.iter().zip(&plan.fates).enumerate() {
-            let rows = match fate {
-                Fate::Drop => continue,
-                Fate::Keep => None,
-                Fate::Clip { pos, rows, .. } => Rows::with_len(*pos, *rows),
-            };
-            if let Some(keys) = Keys::stitched(fields, item) {
-                let (extent, dtype, dims) = keys.parts(&|| item_at(Side::Decode, i, j))?;
-                let rows = rows.unwrap_or(extent.positions());
-                let shape = dims.iter().filter_map(Value::as_u64);
-                planned.push(index, Origin::Decode(j), keys.field, rows, dtype, shape);
-            }
-            index += 1;
-        }
+        planned.seal_prefix();
         Ok(planned)
     }
+}
+
+/// The keys of `item` when it is a stitched segment, with its field's index.
+fn stitched_index<'v, S: AsRef<str>>(fields: &[S], item: &'v Value) -> Option<(usize, Keys<'v>)> {
+    let keys = Keys::of(item.as_object()?)?;
+    let f = fields.iter().position(|f| f.as_ref() == keys.field)?;
+    Some((f, keys))
 }
 
 /// The fate of each payload item of one decode choice, in order.
@@ -343,17 +339,27 @@ fn fate<S: AsRef<str>>(
     cuts: &Cuts,
     item: &Value,
     at: impl Fn() -> Location,
+    record: Option<(&mut Planned, usize, usize)>,
 ) -> Result<Fate, Error> {
     let Some(keys) = Keys::stitched(fields, item) else {
         return Ok(Fate::Keep);
     };
-    let extent = keys.extent(&at)?;
+    let (extent, dtype, dims) = keys.parts(&at)?;
     let kept =
         cuts.clip_extent(keys.field, extent)
             .map_err(|missing| Error::MissingPrefillField {
                 at: at(),
                 field: missing.field,
             })?;
+    // Strict mode: note what this segment will cover in the merged payload.
+    if let (Some((planned, index, j)), Some(kept)) = (record, kept) {
+        let f = fields
+            .iter()
+            .position(|f| f.as_ref() == keys.field)
+            .unwrap_or(0);
+        let shape = dims.iter().filter_map(Value::as_u64);
+        planned.push(index, Origin::Decode(j), f, kept.positions(), dtype, shape);
+    }
     Ok(match kept {
         None => Fate::Drop,
         Some(kept) if kept.pos() == extent.pos() => Fate::Keep,

@@ -56,6 +56,12 @@ pub(crate) fn merge<S: AsRef<str>>(
         return Ok(false);
     }
 
+    // Strict mode: the layout rule on each choice's planned merged segments,
+    // checked while planning it (see `crate::strict`).
+    let mut strict_layout = match (&by_handle, strict) {
+        (Some(prefill), true) => Some(prefill.planned_prefix(fields)?),
+        _ => None,
+    };
     let mut plans = Vec::new();
     for (i, choice) in choices_mut(decode)?.iter_mut().enumerate() {
         let choice = match choice {
@@ -71,11 +77,8 @@ pub(crate) fn merge<S: AsRef<str>>(
         let inline_plan = inline.as_ref().map(|p| p.plan(choice, i)).transpose()?;
         let handle_plan = by_handle
             .as_ref()
-            .map(|p| p.plan(fields, choice, i))
+            .map(|p| p.plan(fields, choice, i, strict_layout.as_mut()))
             .transpose()?;
-        if let (true, Some(prefill), Some(plan)) = (strict, &by_handle, &handle_plan) {
-            strict_check(fields, prefill, choice, i, plan)?;
-        }
         plans.push(ChoicePlan {
             choice,
             inline: inline_plan,
@@ -92,18 +95,6 @@ pub(crate) fn merge<S: AsRef<str>>(
         }
     }
     Ok(true)
-}
-
-/// Strict mode's hook: the layout rule on decode choice `i`'s planned merged
-/// payload, before anything is written ([`crate::strict`]).
-fn strict_check<S: AsRef<str>>(
-    fields: &[S],
-    prefill: &handle::Prefill<'_>,
-    choice: &Map<String, Value>,
-    i: usize,
-    plan: &handle::Plan,
-) -> Result<(), Error> {
-    crate::strict::check(fields, &prefill.planned(fields, choice, i, plan)?, i)
 }
 
 /// One decode choice and what each kind will write into it.

@@ -15,20 +15,25 @@
 //! `(layers, topk)`, dtypes equal or unsigned: rules N3 and N5).
 
 use crate::algebra::{check_layout, Dtype, Rows};
-use crate::error::{Error, Location};
+use crate::error::{Error, Location, Side};
 
 /// One choice's planned merged payload, as far as the layout rule cares: its
-/// stitched segments in merged-payload order.
+/// stitched segments in merged-payload order. One buffer serves a whole
+/// merge: the prefill's segments are recorded once, and each choice's are
+/// pushed after them and dropped again ([`Planned::reset`]).
 #[derive(Default)]
-pub(crate) struct Planned<'v> {
-    segments: Vec<PlannedSegment<'v>>,
-    /// The row shapes of all segments, back to back (one allocation, not one
-    /// per segment).
+pub(crate) struct Planned {
+    segments: Vec<PlannedSegment>,
+    /// The row shapes of all segments, back to back (no allocation per
+    /// segment).
     dims: Vec<u64>,
+    /// How many of `segments` (and of `dims`) are the prefill's.
+    prefix: (usize, usize),
 }
 
-struct PlannedSegment<'v> {
-    field: &'v str,
+struct PlannedSegment {
+    /// The field, as an index into the stitcher's fields.
+    field: usize,
     rows: Rows,
     dtype: Dtype,
     dims: std::ops::Range<usize>,
@@ -48,14 +53,14 @@ pub(crate) enum Origin {
     Decode(usize),
 }
 
-impl<'v> Planned<'v> {
-    /// Adds the segment at merged-payload `index`, of `field`, covering
-    /// `rows` after the merge.
+impl Planned {
+    /// Adds the segment at merged-payload `index`, of the `field`-th stitched
+    /// field, covering `rows` after the merge.
     pub(crate) fn push(
         &mut self,
         index: usize,
         origin: Origin,
-        field: &'v str,
+        field: usize,
         rows: Rows,
         dtype: Dtype,
         shape: impl Iterator<Item = u64>,
@@ -71,6 +76,17 @@ impl<'v> Planned<'v> {
             origin,
         });
     }
+
+    /// Marks everything pushed so far as the prefill's part.
+    pub(crate) fn seal_prefix(&mut self) {
+        self.prefix = (self.segments.len(), self.dims.len());
+    }
+
+    /// Drops the last choice's segments, keeping the prefill's.
+    pub(crate) fn reset(&mut self) {
+        self.segments.truncate(self.prefix.0);
+        self.dims.truncate(self.prefix.1);
+    }
 }
 
 /// Runs the layout rule on each of `fields` in decode choice `choice`'s
@@ -81,12 +97,11 @@ impl<'v> Planned<'v> {
 /// [`Error::Layout`] for the first field (in `fields` order) that breaks it.
 pub(crate) fn check<S: AsRef<str>>(
     fields: &[S],
-    planned: &Planned<'_>,
+    planned: &Planned,
     choice: usize,
 ) -> Result<(), Error> {
-    for field in fields {
-        let field = field.as_ref();
-        let of_field = || planned.segments.iter().filter(move |s| s.field == field);
+    for (f, field) in fields.iter().enumerate() {
+        let of_field = || planned.segments.iter().filter(move |s| s.field == f);
         let items = of_field().map(|s| {
             (
                 s.rows,
@@ -103,12 +118,12 @@ pub(crate) fn check<S: AsRef<str>>(
         let (Some(first), Some(second)) = (nth(a), nth(b)) else {
             continue; // cannot happen: the rule names segments it was given
         };
-        let payload = Location::root(crate::Side::Decode)
+        let payload = Location::root(Side::Decode)
             .key("choices")
             .index(choice)
             .key("payload");
-        let origin = |s: &PlannedSegment<'_>| match s.origin {
-            Origin::Prefill(j) => Location::root(crate::Side::Prefill)
+        let origin = |s: &PlannedSegment| match s.origin {
+            Origin::Prefill(j) => Location::root(Side::Prefill)
                 .key("choices")
                 .index(0)
                 .key("payload")
@@ -117,7 +132,7 @@ pub(crate) fn check<S: AsRef<str>>(
         };
         return Err(Error::Layout {
             at: payload.clone(),
-            field: field.to_owned(),
+            field: field.as_ref().to_owned(),
             problem: Box::new(problem.map_segments(|k| {
                 if k == a {
                     first.index
