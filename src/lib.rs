@@ -76,7 +76,12 @@
 //! - [`inline`]: the inline forms ([`Form`]) and what can be wrong with them
 //!   ([`Base64Error`], [`NpyError`]).
 //! - [`Error`]: what went wrong, and where ([`Location`]).
-//! - [`gather`]: reading rows back from files or inline values, to verify.
+//! - [`DEFAULT_FIELDS`]: what the default entry points stitch,
+//!   `routed_experts` and `routed_expert_weights`; [`Stitcher::strict`] also
+//!   refuses merged layouts a trainer would misread
+//!   ([`algebra::check_layout`]).
+//! - [`gather`]: reading rows back from files or inline values, to verify,
+//!   only inside allowed directories.
 //! - `sim` (features `cli` or `testing`): a colocated server and a 1P1D
 //!   deployment simulated over one truth.
 //! - `testing` (feature `testing`): generators, the truth and
