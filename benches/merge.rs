@@ -74,6 +74,50 @@ fn by_handle(c: &mut Criterion) {
     group.finish();
 }
 
+/// What strict mode costs: the by-handle merge with and without
+/// `Stitcher::strict`, on the same inputs in the same run, a fresh clone of
+/// the decode per iteration. 8 x 32 is the size the target (at most 10% over
+/// the plain merge) is stated for; 1 x 2 and 64 x 256 bracket it.
+fn strict(c: &mut Criterion) {
+    let mut group = c.benchmark_group("strict");
+    let quick =
+        std::env::args().any(|a| a == "--test") || !std::env::args().any(|a| a == "--bench");
+    let sizes: &[(usize, u64)] = if quick {
+        &[(8, 32)]
+    } else {
+        &[(1, 2), (8, 32), (64, 256)]
+    };
+    let plain = pd_stitch::Stitcher::new();
+    let strict = pd_stitch::Stitcher::new().strict();
+    for &(choices, segments) in sizes {
+        let (prefill, decode) = common::by_handle(choices, segments);
+        let id = format!("{choices}x{segments}");
+        let (mut a, mut b) = (decode.clone(), decode.clone());
+        assert_eq!(
+            plain.merge_routed_payload_in_json(&prefill, &mut a),
+            Ok(true)
+        );
+        assert_eq!(
+            strict.merge_routed_payload_in_json(&prefill, &mut b),
+            Ok(true)
+        );
+        assert!(a == b, "{id}: strict disagrees with the plain merge");
+        for (name, stitcher) in [("plain", &plain), ("strict", &strict)] {
+            group.bench_with_input(BenchmarkId::new(name, &id), &decode, |bench, decode| {
+                bench.iter_batched(
+                    || decode.clone(),
+                    |mut d| {
+                        let stitched = stitcher.merge_routed_payload_in_json(&prefill, &mut d);
+                        (d, stitched)
+                    },
+                    BatchSize::PerIteration,
+                )
+            });
+        }
+    }
+    group.finish();
+}
+
 /// The inline forms: positions {1k, 32k, 128k} (prompt half of that), 48 x 8
 /// rows of uint8, uint16, and a uint8 prefill with a uint16 decode; n {1, 8}.
 fn inline(
@@ -237,6 +281,7 @@ criterion_group!(
     inline_compact,
     inline_npy,
     yardstick,
-    bytes_path
+    bytes_path,
+    strict
 );
 criterion_main!(benches);

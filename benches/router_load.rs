@@ -66,6 +66,7 @@ async fn start_router(prefill: &str, decode: &str, stitch: bool) -> String {
         decode: decode.to_owned(),
         timeout: Duration::from_secs(30),
         stitch,
+        strict: false,
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

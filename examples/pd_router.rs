@@ -9,7 +9,8 @@
 //! 2. the original request goes to the **decode** backend (with the prefill's
 //!    `kv_transfer_params`, when it returned any, as vLLM's P/D connectors
 //!    expect), which computes the completion;
-//! 3. [`pd_stitch::bytes::merge_routed_experts_for_pd`] stitches the
+//! 3. [`pd_stitch::bytes::merge_routed_experts_for_pd`] (or a strict
+//!    [`Stitcher`]'s `merge_bytes_for_pd`, with `--strict`) stitches the
 //!    prefill's rows into the decode's response, as bytes: the decode's body
 //!    is never parsed into a tree nor serialized again, and only its stitched
 //!    values change. The result is returned.
@@ -36,8 +37,8 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use clap::Parser;
-use pd_stitch::bytes::{merge_routed_experts_for_pd, prefill_has_routed_experts};
-use pd_stitch::Error;
+use pd_stitch::bytes::prefill_has_routed_experts;
+use pd_stitch::{Error, Stitcher};
 use serde_json::{json, Value};
 
 /// Where the backends are and how the router treats them.
@@ -52,6 +53,9 @@ pub struct Config {
     /// Whether to stitch; off, the router is the same but skips the merge
     /// (to measure what stitching costs on the request path).
     pub stitch: bool,
+    /// Whether to stitch strictly ([`pd_stitch::Stitcher::strict`]): a merged
+    /// layout a trainer would misread is a 502 instead of a 200.
+    pub strict: bool,
 }
 
 /// The router's state: its configuration and one pooled HTTP client.
@@ -189,7 +193,12 @@ impl Router {
             .body(Backend::Decode, &decode_request(request, &prefill))
             .await?;
         if self.config.stitch {
-            merge_routed_experts_for_pd(&prefill_body, &mut decode).map_err(|e| match e {
+            let stitcher = if self.config.strict {
+                Stitcher::new().strict()
+            } else {
+                Stitcher::new()
+            };
+            stitcher.merge_bytes_for_pd(&prefill_body, &mut decode).map_err(|e| match e {
                 Error::Json { .. } => Failure::new(
                     StatusCode::BAD_GATEWAY,
                     "backend_error",
@@ -377,6 +386,10 @@ struct Args {
     /// Skip the merge (to compare its cost).
     #[arg(long)]
     no_stitch: bool,
+    /// Refuse (502) a merged layout a trainer would misread: gaps, overlaps,
+    /// segments out of order, mixed row shapes or dtype kinds.
+    #[arg(long)]
+    strict: bool,
 }
 
 #[tokio::main]
@@ -396,6 +409,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         decode: args.decode,
         timeout,
         stitch: !args.no_stitch,
+        strict: args.strict,
     };
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     tracing::info!(
@@ -403,7 +417,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         listener.local_addr()?,
         config.prefill,
         config.decode,
-        if config.stitch { "on" } else { "off" }
+        match (config.stitch, config.strict) {
+            (false, _) => "off",
+            (true, false) => "on",
+            (true, true) => "on, strict",
+        }
     );
     serve(listener, app(config)?).await?;
     Ok(())

@@ -13,13 +13,14 @@
 //! numbers that do not fit ([`Error::Overflow`]), or two responses that cannot
 //! be stitched ([`Error::MissingPrefillField`], [`Error::MissingDecodeRows`],
 //! [`Error::FormMismatch`], [`Error::RowShapeMismatch`],
-//! [`Error::DtypeMismatch`], [`Error::Coverage`]).
+//! [`Error::DtypeMismatch`], [`Error::Coverage`]), or a merged layout that
+//! strict mode refuses ([`Error::Layout`]).
 
 use std::fmt::{self, Write as _};
 
 use serde_json::Value;
 
-use crate::algebra::{Dtype, Overflow, Rows};
+use crate::algebra::{Dtype, LayoutProblem, Overflow, Rows};
 use crate::inline::base64::Base64Error;
 use crate::inline::npy::NpyError;
 use crate::inline::Form;
@@ -268,6 +269,27 @@ pub enum Error {
         /// The decode's positions.
         decode: Rows,
     },
+    /// Strict mode ([`Stitcher::strict`](crate::Stitcher::strict)): a decode
+    /// choice's merged segments of a stitched field that break the layout rule
+    /// ([`check_layout`](crate::algebra::check_layout)), so a trainer reading
+    /// them in payload order would misplace rows. The segment indices of
+    /// `problem` are those of the merged payload the choice would have got;
+    /// `first` and `second` say where those two segments came from.
+    #[error("{at}: strict: the merged {field} segments would be misread: {problem} (segment {} is {first}, segment {} is {second})", problem.segments().0, problem.segments().1)]
+    Layout {
+        /// The decode choice's `payload`.
+        at: Location,
+        /// The field.
+        field: String,
+        /// What is wrong, with indices into the merged payload (boxed, as
+        /// are the origins, to keep `Error` small on the success path).
+        problem: Box<LayoutProblem>,
+        /// Where the problem's first segment came from (a prefill or a decode
+        /// payload item).
+        first: Box<Location>,
+        /// Where its second segment came from.
+        second: Box<Location>,
+    },
     /// A response given as bytes ([`bytes`](crate::bytes)) that is not valid
     /// JSON as `serde_json` reads it: not UTF-8, a syntax error, anything but
     /// whitespace after the value, or nesting deeper than 128 levels.
@@ -298,7 +320,8 @@ impl Error {
             | Error::FormMismatch { at, .. }
             | Error::RowShapeMismatch { at, .. }
             | Error::DtypeMismatch { at, .. }
-            | Error::Coverage { at, .. } => at,
+            | Error::Coverage { at, .. }
+            | Error::Layout { at, .. } => at,
             Error::Json { side, .. } => root_of(*side),
         }
     }

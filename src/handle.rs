@@ -16,6 +16,7 @@ use crate::algebra::{row_bytes, Cuts, Dtype, Extent, Segment};
 use crate::error::{Error, Location, Side};
 use crate::json::{self, choice_at};
 use crate::response::{item_at, prefill_payload};
+use crate::strict::{Origin, Planned};
 use crate::view::{describe_view, Kind, View};
 
 /// The prefill's side of the by-handle merge: its stitched segments (copied
@@ -23,6 +24,9 @@ use crate::view::{describe_view, Kind, View};
 pub(crate) struct Prefill<V> {
     /// The prefill's stitched segments, in payload order.
     pub(crate) prefix: Vec<V>,
+    /// The payload index of each segment of `prefix` (for strict mode's
+    /// errors).
+    prefix_index: Vec<usize>,
     cuts: Cuts,
 }
 
@@ -31,6 +35,7 @@ impl<'p, V: View<'p>> Prefill<V> {
     /// none.
     pub(crate) fn read<S: AsRef<str>>(fields: &[S], prefill: V) -> Result<Option<Self>, Error> {
         let mut prefix = Vec::new();
+        let mut prefix_index = Vec::new();
         let mut cuts = Cuts::default();
         for (j, item) in prefill_payload(prefill).enumerate() {
             let Some(keys) = Keys::stitched(fields, item) else {
@@ -39,31 +44,72 @@ impl<'p, V: View<'p>> Prefill<V> {
             let extent = keys.extent(&|| item_at(Side::Prefill, 0, j))?;
             cuts.extend(&keys.field, extent.end());
             prefix.push(item);
+            prefix_index.push(j);
         }
         if prefix.is_empty() {
             return Ok(None);
         }
-        Ok(Some(Prefill { prefix, cuts }))
+        Ok(Some(Prefill {
+            prefix,
+            prefix_index,
+            cuts,
+        }))
+    }
+
+    /// Strict mode's record of the prefill's stitched segments, the start of
+    /// every choice's merged payload; read once per merge.
+    pub(crate) fn planned_prefix<S: AsRef<str>>(&self, fields: &[S]) -> Result<Planned, Error> {
+        let mut planned = Planned::default();
+        for (index, (&item, &j)) in self.prefix.iter().zip(&self.prefix_index).enumerate() {
+            if let Some((f, keys)) = stitched_index(fields, item) {
+                let (extent, dtype, shape) = keys.parts(&|| item_at(Side::Prefill, 0, j))?;
+                planned.push(
+                    index,
+                    Origin::Prefill(j),
+                    f,
+                    extent.positions(),
+                    dtype,
+                    json::dims(shape),
+                );
+            }
+        }
+        planned.seal_prefix();
+        Ok(planned)
     }
 
     /// Validates decode choice `i` (an object) and decides the fate of each
-    /// of its payload items, writing nothing.
+    /// of its payload items, writing nothing. With `strict` (the prefill's
+    /// [`Planned`] prefix), the choice's merged layout is also held against
+    /// the layout rule.
     pub(crate) fn plan<'d, S: AsRef<str>, D: View<'d>>(
         &self,
         fields: &[S],
         choice: D,
         i: usize,
+        mut strict: Option<&mut Planned>,
     ) -> Result<Plan, Error> {
         let payload = choice.get("payload");
         let fates = match payload.map(View::kind) {
             None | Some(Kind::Null) => Vec::new(),
-            Some(Kind::Array) => payload
-                .and_then(View::elements)
-                .into_iter()
-                .flatten()
-                .enumerate()
-                .map(|(j, item)| fate(fields, &self.cuts, item, || item_at(Side::Decode, i, j)))
-                .collect::<Result<Vec<Fate>, Error>>()?,
+            Some(Kind::Array) => {
+                let items = payload.and_then(View::elements).into_iter().flatten();
+                let mut fates = Vec::new();
+                // The merged-payload index of the next item kept (strict mode).
+                let mut index = self.prefix.len();
+                for (j, item) in items.enumerate() {
+                    let record = strict.as_deref_mut().map(|p| (p, index, j));
+                    let fate = fate(
+                        fields,
+                        &self.cuts,
+                        item,
+                        || item_at(Side::Decode, i, j),
+                        record,
+                    )?;
+                    index += usize::from(!matches!(fate, Fate::Drop));
+                    fates.push(fate);
+                }
+                fates
+            }
             Some(_) => {
                 return Err(Error::Structure {
                     at: choice_at(Side::Decode, i).key("payload"),
@@ -72,8 +118,23 @@ impl<'p, V: View<'p>> Prefill<V> {
                 })
             }
         };
+        if let Some(planned) = strict {
+            let checked = crate::strict::check(fields, planned, i);
+            planned.reset();
+            checked?;
+        }
         Ok(Plan { fates })
     }
+}
+
+/// The keys of `item` when it is a stitched segment, with its field's index.
+fn stitched_index<'v, S: AsRef<str>, V: View<'v>>(
+    fields: &[S],
+    item: V,
+) -> Option<(usize, Keys<'v, V>)> {
+    let keys = Keys::of(item)?;
+    let f = fields.iter().position(|f| f.as_ref() == keys.field)?;
+    Some((f, keys))
 }
 
 /// The fate of each payload item of one decode choice, in order.
@@ -222,23 +283,34 @@ pub(crate) fn first_orphan<'d, S: AsRef<str>, D: View<'d>>(
     None
 }
 
-/// The fate of one decode payload item under `cuts`.
+/// The fate of one decode payload item under `cuts`; with `record` (strict
+/// mode's layout, the item's merged-payload index and its payload index),
+/// what the kept segment will cover is noted.
 fn fate<'d, S: AsRef<str>, D: View<'d>>(
     fields: &[S],
     cuts: &Cuts,
     item: D,
     at: impl Fn() -> Location,
+    record: Option<(&mut Planned, usize, usize)>,
 ) -> Result<Fate, Error> {
     let Some(keys) = Keys::stitched(fields, item) else {
         return Ok(Fate::Keep);
     };
-    let extent = keys.extent(&at)?;
+    let (extent, dtype, shape) = keys.parts(&at)?;
     let kept =
         cuts.clip_extent(&keys.field, extent)
             .map_err(|missing| Error::MissingPrefillField {
                 at: at(),
                 field: missing.field,
             })?;
+    // Strict mode: note what this segment will cover in the merged payload.
+    if let (Some((planned, index, j)), Some(kept)) = (record, kept) {
+        let f = fields
+            .iter()
+            .position(|f| f.as_ref() == keys.field)
+            .unwrap_or(0);
+        planned.push(index, Origin::Decode(j), f, kept.positions(), dtype, json::dims(shape));
+    }
     Ok(match kept {
         None => Fate::Drop,
         Some(kept) if kept.pos() == extent.pos() => Fate::Keep,

@@ -76,7 +76,14 @@
 //! - [`inline`]: the inline forms ([`Form`]) and what can be wrong with them
 //!   ([`Base64Error`], [`NpyError`]).
 //! - [`Error`]: what went wrong, and where ([`Location`]).
-//! - [`gather`]: reading rows back from files or inline values, to verify.
+//! - [`bytes`]: the same entry points on raw JSON bytes, changing only the
+//!   stitched values of the decode's text.
+//! - [`DEFAULT_FIELDS`]: what the default entry points stitch,
+//!   `routed_experts` and `routed_expert_weights`; [`Stitcher::strict`] also
+//!   refuses merged layouts a trainer would misread
+//!   ([`algebra::check_layout`]).
+//! - [`gather`]: reading rows back from files or inline values, to verify,
+//!   only inside allowed directories.
 //! - [`compare`]: two responses' rows position by position (a P/D deployment
 //!   against a colocated one), as a typed report and a heatmap.
 //! - `sim` (features `cli` or `testing`): a colocated server and a 1P1D
@@ -109,6 +116,7 @@ mod response;
 #[cfg(any(feature = "cli", feature = "testing"))]
 pub mod sim;
 mod stitcher;
+mod strict;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod view;
@@ -125,7 +133,7 @@ pub use inline::{Base64Error, Form, NpyError};
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-pub use fields::ROUTED_EXPERTS;
+pub use fields::{DEFAULT_FIELDS, ROUTED_EXPERTS, ROUTED_EXPERT_WEIGHTS};
 pub use stitcher::{
     merge_routed_experts_for_pd, merge_routed_experts_in_json, merge_routed_payload_in_json,
     prefill_has_routed_experts, Stitcher,

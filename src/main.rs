@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use pd_stitch::compare;
-use pd_stitch::gather::{self, Source};
+use pd_stitch::gather::{self, Source, Store};
 use pd_stitch::sim::{self, Config};
 use pd_stitch::{Error, Side, Stitcher, ROUTED_EXPERTS};
 use serde_json::Value;
@@ -45,9 +45,14 @@ enum Command {
         prefill: PathBuf,
         /// The decode instance's response (JSON).
         decode: PathBuf,
-        /// Stitch this payload field too (besides routed_experts); repeatable.
+        /// Stitch this payload field too (besides the defaults, routed_experts and
+        /// routed_expert_weights); repeatable.
         #[arg(long = "field", value_name = "NAME")]
         fields: Vec<String>,
+        /// Refuse a merged layout a trainer would misread (gaps, overlaps,
+        /// segments out of position order, mixed row shapes or dtype kinds).
+        #[arg(long)]
+        strict: bool,
         /// Write the merged response here instead of stdout.
         #[arg(short, long, value_name = "OUT")]
         output: Option<PathBuf>,
@@ -62,9 +67,14 @@ enum Command {
         /// The response (JSON); several are checked one after the other.
         #[arg(required = true, value_name = "RESPONSE")]
         responses: Vec<PathBuf>,
-        /// Resolve relative file names against this directory.
+        /// Resolve relative file names against this directory; only files
+        /// inside it (or an --allow directory) are read.
         #[arg(long, value_name = "DIR", default_value = ".")]
         root: PathBuf,
+        /// Also read files inside this directory (symlinks resolved);
+        /// repeatable.
+        #[arg(long = "allow", value_name = "DIR")]
+        allow: Vec<PathBuf>,
     },
     /// Reconstruct one choice's rows of a field, in position order, from the
     /// files (by handle) or the inline value.
@@ -80,9 +90,14 @@ enum Command {
         /// The field.
         #[arg(long, default_value = ROUTED_EXPERTS)]
         field: String,
-        /// Resolve relative file names against this directory.
+        /// Resolve relative file names against this directory; only files
+        /// inside it (or an --allow directory) are read.
         #[arg(long, value_name = "DIR", default_value = ".")]
         root: PathBuf,
+        /// Also read files inside this directory (symlinks resolved);
+        /// repeatable.
+        #[arg(long = "allow", value_name = "DIR")]
+        allow: Vec<PathBuf>,
         /// Write the rows as a .npy file instead of printing a summary.
         #[arg(long, value_name = "OUT.npy")]
         npy: Option<PathBuf>,
@@ -176,18 +191,29 @@ fn run(command: Command, quiet: bool) -> Result<ExitCode, String> {
             prefill,
             decode,
             fields,
+            strict,
             output,
             pretty,
-        } => merge(&prefill, &decode, fields, output, pretty),
-        Command::Check { responses, root } => check(&responses, &root, quiet),
+        } => {
+            let stitcher = fields.into_iter().fold(Stitcher::new(), Stitcher::field);
+            let stitcher = if strict { stitcher.strict() } else { stitcher };
+            merge(&stitcher, &prefill, &decode, output, pretty)
+        }
+        Command::Check {
+            responses,
+            root,
+            allow,
+        } => check(&responses, &confined(&root, &allow)?, quiet),
         Command::Gather {
             response,
             choice,
             field,
             root,
+            allow,
             npy,
         } => {
-            let rows = gather::gather(&read_json(&response)?, choice, &field, &root)
+            let store = confined(&root, &allow)?;
+            let rows = gather::gather_from(&read_json(&response)?, choice, &field, &store)
                 .map_err(|e| e.to_string())?;
             match npy {
                 Some(out) => {
@@ -269,13 +295,10 @@ fn run(command: Command, quiet: bool) -> Result<ExitCode, String> {
 /// Exit status of `compare` on an error (1 means "differs").
 const COMPARE_ERROR: u8 = 2;
 
-/// The store one side of `compare` reads through.
-///
-/// CONFINEMENT: the one place to switch to `gather::Store::confined(root,
-/// allow)` (reads only inside `root` and the allowed directories) once it
-/// exists; until then `allow` is accepted but reads are not confined.
-fn store(root: &Path, _allow: &[PathBuf]) -> Result<gather::Store, String> {
-    Ok(gather::Store::Dir(root.to_owned()))
+/// The store one side of `compare` reads through: only inside `root` and
+/// the allowed directories.
+fn store(root: &Path, allow: &[PathBuf]) -> Result<gather::Store, String> {
+    confined(root, allow)
 }
 
 /// The comparison of two response files.
@@ -445,9 +468,9 @@ fn compare_dirs(
 /// `pd-stitch check`: one response as it always was; several one after the
 /// other, each under a `== FILE` line, with progress, exit status 1 when any
 /// is wrong or cannot be read (said on stderr, and the others still checked).
-fn check(responses: &[PathBuf], root: &Path, quiet: bool) -> Result<ExitCode, String> {
+fn check(responses: &[PathBuf], store: &Store, quiet: bool) -> Result<ExitCode, String> {
     if let [response] = responses {
-        let report = gather::check(&read_json(response)?, root);
+        let report = gather::check_from(&read_json(response)?, store);
         print!("{report}");
         return Ok(if report.is_ok() {
             ExitCode::SUCCESS
@@ -461,7 +484,7 @@ fn check(responses: &[PathBuf], root: &Path, quiet: bool) -> Result<ExitCode, St
         progress.set(done);
         match read_json(response) {
             Ok(value) => {
-                let report = gather::check(&value, root);
+                let report = gather::check_from(&value, store);
                 all_ok &= report.is_ok();
                 progress.say(&format!(
                     "== {}\n{}",
@@ -572,6 +595,18 @@ impl Progress {
     }
 }
 
+/// The store that reads only inside `root` and the `allow` directories.
+fn confined(root: &Path, allow: &[PathBuf]) -> Result<Store, String> {
+    Store::confined(root, allow).map_err(|e| {
+        // Name the directory that failed to resolve.
+        let bad = std::iter::once(root)
+            .chain(allow.iter().map(PathBuf::as_path))
+            .find(|dir| dir.canonicalize().is_err())
+            .unwrap_or(root);
+        format!("{}: {e}", bad.display())
+    })
+}
+
 fn read_json(path: &Path) -> Result<Value, String> {
     let bytes = fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     serde_json::from_slice(&bytes).map_err(|e| format!("{}: not JSON: {e}", path.display()))
@@ -584,13 +619,12 @@ fn read_bytes(path: &Path) -> Result<Vec<u8>, String> {
 /// Stitches the two files' texts on the bytes path: the output is the decode's
 /// text with only the stitched values changed (re-indented with `--pretty`).
 fn merge(
+    stitcher: &Stitcher,
     prefill: &Path,
     decode: &Path,
-    fields: Vec<String>,
     output: Option<PathBuf>,
     pretty: bool,
 ) -> Result<ExitCode, String> {
-    let stitcher = fields.into_iter().fold(Stitcher::new(), Stitcher::field);
     let prefill_text = read_bytes(prefill)?;
     let mut text = read_bytes(decode)?;
     stitcher

@@ -4,10 +4,20 @@
 use serde_json::Value;
 
 use crate::error::Error;
-use crate::fields::ROUTED_EXPERTS;
+use crate::fields::DEFAULT_FIELDS;
 use crate::handle;
 use crate::merge::value::merge;
-use crate::merge::Kinds;
+use crate::merge::{Kinds, Mode};
+
+/// How the free functions merge the `kinds` of rows: the default fields, not
+/// strict.
+fn default_mode(kinds: Kinds) -> Mode<'static, &'static str> {
+    Mode {
+        fields: DEFAULT_FIELDS,
+        kinds,
+        strict: false,
+    }
+}
 
 const BY_HANDLE: Kinds = Kinds {
     inline: false,
@@ -26,15 +36,22 @@ const BOTH: Kinds = Kinds {
 ///
 /// A payload segment is *stitched* when it is an object whose `field` is one
 /// of the stitcher's fields; every other payload item passes through. The
-/// default set is `{"routed_experts"}`, which is what the free functions
-/// ([`merge_routed_payload_in_json`], [`prefill_has_routed_experts`]) use.
+/// default set is [`DEFAULT_FIELDS`](crate::DEFAULT_FIELDS),
+/// `{"routed_experts", "routed_expert_weights"}`, which is what the free
+/// functions ([`merge_routed_payload_in_json`], [`prefill_has_routed_experts`],
+/// and those of [`bytes`](crate::bytes)) use. [`Stitcher::with_fields`] sets
+/// the exact set (`routed_experts` alone, say), [`Stitcher::field`] adds one,
+/// and [`Stitcher::strict`] also refuses merged layouts a trainer would
+/// misread.
 ///
 /// ```
 /// use pd_stitch::Stitcher;
 /// use serde_json::json;
 ///
-/// let stitcher = Stitcher::new().field("routed_expert_weights");
+/// let stitcher = Stitcher::new();
 /// assert_eq!(stitcher.fields().collect::<Vec<_>>(), ["routed_experts", "routed_expert_weights"]);
+/// let experts_only = Stitcher::with_fields(["routed_experts"]);
+/// assert_eq!(experts_only.fields().collect::<Vec<_>>(), ["routed_experts"]);
 ///
 /// let prefill = json!({"choices": [{"payload": [
 ///     {"field": "routed_expert_weights", "file": "p.bin", "offset": 0, "pos": 0, "rows": 4,
@@ -44,6 +61,7 @@ const BOTH: Kinds = Kinds {
 ///      "dtype": "float32", "shape": [2, 2]}]}]});
 ///
 /// assert!(stitcher.prefill_has_routed_experts(&prefill));
+/// assert!(!experts_only.prefill_has_routed_experts(&prefill));
 /// assert!(stitcher.merge_routed_payload_in_json(&prefill, &mut decode)?);
 /// let payload = &decode["choices"][0]["payload"];
 /// assert_eq!(payload[1]["pos"], 4);
@@ -54,21 +72,74 @@ const BOTH: Kinds = Kinds {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stitcher {
     fields: Vec<String>,
+    strict: bool,
 }
 
 impl Default for Stitcher {
-    /// Stitches `routed_experts` only.
+    /// Stitches [`DEFAULT_FIELDS`](crate::DEFAULT_FIELDS): `routed_experts`
+    /// and `routed_expert_weights`; not strict.
     fn default() -> Stitcher {
-        Stitcher {
-            fields: vec![ROUTED_EXPERTS.to_owned()],
-        }
+        Stitcher::with_fields(DEFAULT_FIELDS.iter().copied())
     }
 }
 
 impl Stitcher {
-    /// A stitcher of `routed_experts`, the same as [`Stitcher::default`].
+    /// A stitcher of the default fields, the same as [`Stitcher::default`].
     pub fn new() -> Stitcher {
         Stitcher::default()
+    }
+
+    /// A stitcher of exactly `fields` (in order, a repeated name counted
+    /// once); not strict. `Stitcher::with_fields(["routed_experts"])` stitches
+    /// the routed experts alone, as versions before 0.2 did by default.
+    pub fn with_fields<I>(fields: I) -> Stitcher
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        fields.into_iter().fold(
+            Stitcher {
+                fields: Vec::new(),
+                strict: false,
+            },
+            Stitcher::field,
+        )
+    }
+
+    /// The same stitcher in strict mode: after planning and before writing,
+    /// every decode choice's merged segments of each stitched field must
+    /// tile their positions in payload order, with one row shape and
+    /// compatible dtypes ([`algebra::check_layout`](crate::algebra::check_layout));
+    /// otherwise the merge fails with [`Error::Layout`] and the decode is
+    /// untouched.
+    ///
+    /// ```
+    /// use pd_stitch::{Error, Stitcher};
+    /// use serde_json::json;
+    ///
+    /// let seg = |file: &str, pos: u64, rows: u64| json!({"field": "routed_experts",
+    ///     "file": file, "offset": 0, "pos": pos, "rows": rows, "dtype": "uint8", "shape": [2]});
+    /// let prefill = json!({"choices": [{"payload": [seg("p.bin", 0, 3)]}]});
+    /// // The decode skips position 4: [2, 4) then [5, 7).
+    /// let mut decode = json!({"choices": [{"payload": [seg("d.bin", 2, 2), seg("e.bin", 5, 2)]}]});
+    /// let before = decode.clone();
+    ///
+    /// let err = Stitcher::new().strict().merge_routed_payload_in_json(&prefill, &mut decode);
+    /// assert!(matches!(err, Err(Error::Layout { .. })), "{err:?}");
+    /// assert_eq!(decode, before);
+    /// // Without strict mode the merge goes through, gap and all.
+    /// assert!(Stitcher::new().merge_routed_payload_in_json(&prefill, &mut decode)?);
+    /// # Ok::<(), pd_stitch::Error>(())
+    /// ```
+    #[must_use]
+    pub fn strict(mut self) -> Stitcher {
+        self.strict = true;
+        self
+    }
+
+    /// Whether this stitcher is strict ([`Stitcher::strict`]).
+    pub fn is_strict(&self) -> bool {
+        self.strict
     }
 
     /// The same stitcher, also stitching `name` (adding a field twice is the
@@ -80,6 +151,15 @@ impl Stitcher {
             self.fields.push(name);
         }
         self
+    }
+
+    /// How this stitcher merges the `kinds` of rows.
+    fn mode(&self, kinds: Kinds) -> Mode<'_, String> {
+        Mode {
+            fields: &self.fields,
+            kinds,
+            strict: self.strict,
+        }
     }
 
     /// The stitched fields, in the order they were added.
@@ -99,7 +179,7 @@ impl Stitcher {
         prefill: &Value,
         decode: &mut Value,
     ) -> Result<bool, Error> {
-        merge(&self.fields, prefill, decode, BY_HANDLE)
+        merge(self.mode(BY_HANDLE), prefill, decode)
     }
 
     /// The inline merge of `routed_experts` (compact or npy); see
@@ -114,7 +194,7 @@ impl Stitcher {
         prefill: &Value,
         decode: &mut Value,
     ) -> Result<bool, Error> {
-        merge(&self.fields, prefill, decode, INLINE)
+        merge(self.mode(INLINE), prefill, decode)
     }
 
     /// The inline and the by-handle merge, as one atomic step; see
@@ -129,7 +209,7 @@ impl Stitcher {
         prefill: &Value,
         decode: &mut Value,
     ) -> Result<bool, Error> {
-        merge(&self.fields, prefill, decode, BOTH)
+        merge(self.mode(BOTH), prefill, decode)
     }
 
     /// [`merge_routed_experts_for_pd`](Stitcher::merge_routed_experts_for_pd)
@@ -140,7 +220,7 @@ impl Stitcher {
     /// [`Error::Json`] when either side is not valid JSON, else as the `Value`
     /// method; on error `decode` is unchanged.
     pub fn merge_bytes_for_pd(&self, prefill: &[u8], decode: &mut Vec<u8>) -> Result<bool, Error> {
-        crate::bytes::merge(&self.fields, prefill, decode, BOTH)
+        crate::bytes::merge(self.mode(BOTH), prefill, decode)
     }
 
     /// [`merge_routed_payload_in_json`](Stitcher::merge_routed_payload_in_json)
@@ -150,7 +230,7 @@ impl Stitcher {
     ///
     /// As [`merge_bytes_for_pd`](Stitcher::merge_bytes_for_pd).
     pub fn merge_bytes_payload(&self, prefill: &[u8], decode: &mut Vec<u8>) -> Result<bool, Error> {
-        crate::bytes::merge(&self.fields, prefill, decode, BY_HANDLE)
+        crate::bytes::merge(self.mode(BY_HANDLE), prefill, decode)
     }
 
     /// [`merge_routed_experts_in_json`](Stitcher::merge_routed_experts_in_json)
@@ -160,7 +240,7 @@ impl Stitcher {
     ///
     /// As [`merge_bytes_for_pd`](Stitcher::merge_bytes_for_pd).
     pub fn merge_bytes_inline(&self, prefill: &[u8], decode: &mut Vec<u8>) -> Result<bool, Error> {
-        crate::bytes::merge(&self.fields, prefill, decode, INLINE)
+        crate::bytes::merge(self.mode(INLINE), prefill, decode)
     }
 
     /// [`prefill_has_routed_experts`](Stitcher::prefill_has_routed_experts) on
@@ -180,8 +260,9 @@ impl Stitcher {
     }
 }
 
-/// The by-handle P/D merge of the `routed_experts` segments of `prefill` into
-/// `decode`, in place.
+/// The by-handle P/D merge of the segments of the default fields
+/// ([`DEFAULT_FIELDS`](crate::DEFAULT_FIELDS): `routed_experts` and
+/// `routed_expert_weights`) of `prefill` into `decode`, in place.
 ///
 /// Returns `Ok(false)`, leaving `decode` untouched, when neither side has a
 /// stitched segment; `Ok(true)` when the prefill's segments were stitched into
@@ -236,7 +317,7 @@ impl Stitcher {
 ///   an array, a choice not an object, or a `payload` neither an array nor
 ///   null.
 pub fn merge_routed_payload_in_json(prefill: &Value, decode: &mut Value) -> Result<bool, Error> {
-    merge(&[ROUTED_EXPERTS], prefill, decode, BY_HANDLE)
+    merge(default_mode(BY_HANDLE), prefill, decode)
 }
 
 /// The inline P/D merge of `choices[i].routed_experts`, in place: the
@@ -293,12 +374,13 @@ pub fn merge_routed_payload_in_json(prefill: &Value, decode: &mut Value) -> Resu
 /// - [`Error::Coverage`]: the decode's rows leave a gap after the prefill's,
 ///   or do not reach the cut.
 pub fn merge_routed_experts_in_json(prefill: &Value, decode: &mut Value) -> Result<bool, Error> {
-    merge(&[ROUTED_EXPERTS], prefill, decode, INLINE)
+    merge(default_mode(INLINE), prefill, decode)
 }
 
 /// What a router calls after a non-streaming P/D request: the inline merge
 /// ([`merge_routed_experts_in_json`]) and the by-handle merge
-/// ([`merge_routed_payload_in_json`]) of `routed_experts`, as one atomic step.
+/// ([`merge_routed_payload_in_json`]) of the default fields
+/// ([`DEFAULT_FIELDS`](crate::DEFAULT_FIELDS)), as one atomic step.
 ///
 /// Returns the OR of the two: `Ok(true)` when either kind of rows was
 /// stitched, `Ok(false)` (with `decode` untouched) when the responses carry
@@ -319,11 +401,12 @@ pub fn merge_routed_experts_in_json(prefill: &Value, decode: &mut Value) -> Resu
 /// Any error of either merge; `decode` is then exactly as it was, whichever
 /// merge failed.
 pub fn merge_routed_experts_for_pd(prefill: &Value, decode: &mut Value) -> Result<bool, Error> {
-    merge(&[ROUTED_EXPERTS], prefill, decode, BOTH)
+    merge(default_mode(BOTH), prefill, decode)
 }
 
-/// Whether `prefill.choices[0]` has `routed_experts` rows to stitch: a
-/// non-null inline `routed_experts`, or a `routed_experts` payload segment.
+/// Whether `prefill.choices[0]` has rows to stitch: a non-null inline
+/// `routed_experts`, or a payload segment of a default field
+/// ([`DEFAULT_FIELDS`](crate::DEFAULT_FIELDS)).
 ///
 /// A router refuses a streaming P/D request when this is true: a stream cannot
 /// be stitched.
@@ -335,7 +418,8 @@ pub fn merge_routed_experts_for_pd(prefill: &Value, decode: &mut Value) -> Resul
 /// assert!(prefill_has_routed_experts(&json!({"choices": [{"routed_experts": "k05VTVBZ"}]})));
 /// assert!(!prefill_has_routed_experts(&json!({"choices": [{"routed_experts": null}]})));
 /// assert!(!prefill_has_routed_experts(&json!({"choices": [{"payload": [{"field": "sampling_mask"}]}]})));
+/// assert!(prefill_has_routed_experts(&json!({"choices": [{"payload": [{"field": "routed_expert_weights"}]}]})));
 /// ```
 pub fn prefill_has_routed_experts(prefill: &Value) -> bool {
-    handle::prefill_has_rows(&[ROUTED_EXPERTS], prefill)
+    handle::prefill_has_rows(DEFAULT_FIELDS, prefill)
 }

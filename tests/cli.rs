@@ -360,6 +360,124 @@ fn gather_refuses_claims_larger_than_the_file() {
     std::fs::remove_file(response).unwrap();
 }
 
+/// Confinement from the command: `gather` and `check` read only inside
+/// `--root` and each `--allow DIR`. A `..` name, an absolute name outside and
+/// a symlink inside the root that leads out are refused (exit 1, the file
+/// named); `--allow` lets the outside directory in.
+#[cfg(unix)]
+#[test]
+fn gather_and_check_read_only_inside_root_and_allow() {
+    let dir = std::env::temp_dir().join(format!("pd-stitch-cli-confine-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (root, outside) = (dir.join("root"), dir.join("outside"));
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(root.join("in.bin"), [1, 2]).unwrap();
+    std::fs::write(outside.join("secret.bin"), [9, 9]).unwrap();
+    std::os::unix::fs::symlink("../outside/secret.bin", root.join("link.bin")).unwrap();
+    let absolute = outside.join("secret.bin");
+    let (root_arg, outside_arg) = (root.to_str().unwrap(), outside.to_str().unwrap());
+    for (name, inside) in [
+        ("in.bin", true),
+        ("../outside/secret.bin", false),
+        (absolute.to_str().unwrap(), false),
+        ("link.bin", false),
+    ] {
+        let response = dir.join("response.json");
+        std::fs::write(
+            &response,
+            serde_json::to_vec(&serde_json::json!({"choices": [{"payload": [
+                {"field": "routed_experts", "file": name, "offset": 0, "pos": 0, "rows": 2,
+                 "dtype": "uint8", "shape": []}]}]}))
+            .unwrap(),
+        )
+        .unwrap();
+        let response = response.to_str().unwrap();
+        let gather = pd_stitch(&["gather", response, "--choice", "0", "--root", root_arg]);
+        let check = pd_stitch(&["check", response, "--root", root_arg]);
+        if inside {
+            assert!(gather.status.success(), "{name}: {}", stderr(&gather));
+            assert!(check.status.success(), "{name}: {}", stdout(&check));
+        } else {
+            assert_fails(&gather, "outside the allowed directories");
+            assert!(
+                stderr(&gather).contains(name),
+                "{name}: {}",
+                stderr(&gather)
+            );
+            assert_eq!(check.status.code(), Some(1), "{name}");
+            assert!(
+                stdout(&check).contains("outside the allowed directories"),
+                "{name}: {}",
+                stdout(&check)
+            );
+        }
+        let allowed = ["--root", root_arg, "--allow", outside_arg];
+        let mut args = vec!["gather", response, "--choice", "0"];
+        args.extend(allowed);
+        let gather = pd_stitch(&args);
+        assert!(
+            gather.status.success(),
+            "{name} allowed: {}",
+            stderr(&gather)
+        );
+        let mut args = vec!["check", response];
+        args.extend(allowed);
+        assert!(pd_stitch(&args).status.success(), "{name} allowed");
+    }
+    assert_fails(
+        &pd_stitch(&[
+            "check",
+            "examples/seed/decode.json",
+            "--allow",
+            "/no/such/dir",
+        ]),
+        "/no/such/dir",
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// `merge --strict`: the committed examples merge as without it; a decode
+/// whose segments leave a gap merges plainly but strictly fails with exit
+/// status 1, one line naming the choice and the layout problem, and nothing
+/// on stdout.
+#[test]
+fn merge_strict_refuses_a_layout_a_trainer_would_misread() {
+    for dir in ["examples/seed", "examples/inline"] {
+        let (p, d) = (format!("{dir}/prefill.json"), format!("{dir}/decode.json"));
+        let plain = pd_stitch(&["merge", &p, &d]);
+        let strict = pd_stitch(&["merge", &p, &d, "--strict"]);
+        assert!(strict.status.success(), "{dir}: {}", stderr(&strict));
+        assert_eq!(stdout(&strict), stdout(&plain), "{dir}");
+    }
+    let dir = std::env::temp_dir().join(format!("pd-stitch-cli-strict-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let seg = |file: &str, pos: u64, rows: u64| {
+        serde_json::json!({"field": "routed_experts", "file": file, "offset": 0, "pos": pos,
+                           "rows": rows, "dtype": "uint8", "shape": [2]})
+    };
+    let (p, d) = (dir.join("p.json"), dir.join("d.json"));
+    std::fs::write(
+        &p,
+        serde_json::json!({"choices": [{"payload": [seg("p.bin", 0, 3)]}]}).to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        &d,
+        serde_json::json!({"choices": [{"payload": [seg("d.bin", 2, 2), seg("e.bin", 5, 2)]}]})
+            .to_string(),
+    )
+    .unwrap();
+    let (p, d) = (p.to_str().unwrap(), d.to_str().unwrap());
+    assert!(pd_stitch(&["merge", p, d]).status.success());
+    assert_fails(
+        &pd_stitch(&["merge", p, d, "--strict"]),
+        "decode choices[0].payload: strict: the merged routed_experts segments would be misread: \
+         segment 2 starts at 5 but segment 1 ends at 4",
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 #[test]
 fn simulate_runs_and_says_so() {
     let out = pd_stitch(&["simulate", "--requests", "12", "--seed", "3"]);

@@ -10,6 +10,11 @@
 //! `uint16` rows of width 2. Every segment has its own file, so a (file, byte address) names
 //! exactly one row of one side.
 //!
+//! Every by-handle case is also merged strictly: the answer must be the
+//! plain merge's when every merged choice reads in position order, else
+//! `Error::Layout` at the first choice that does not, naming the segments a
+//! position-by-position reading finds.
+//!
 //! Inline compact: prefill `start` and `seq` in `0..=3`, decode `start` and
 //! `seq` in `0..=4`, every pair of `uint8`/`uint16`, widths 1 and 2.
 //!
@@ -124,6 +129,12 @@ fn check_by_handle(
         bytes::merge_routed_payload_in_json,
     )?;
 
+    // The layout rule looks at positions only (one dtype and shape per case
+    // here), so the width adds nothing: strict runs on the uint8 half.
+    if dtype == "uint8" {
+        check_strict(&prefill, &before, &result, &after)?;
+    }
+
     let decode_has = !decode_segs.is_empty() || second == 2;
     if prefill_segs.is_empty() {
         // L6 and R4: nothing to merge, or decode rows without prefill rows.
@@ -208,6 +219,65 @@ fn check_by_handle(
         }
     }
     Ok(())
+}
+
+/// Where a trainer reading `payload`'s routed segments in order, position by
+/// position, first meets a position that does not follow the one before:
+/// `(segment of the position before, segment of this one)`, payload indices.
+fn first_misread(payload: &[Value]) -> Option<(usize, usize)> {
+    let mut last: Option<(u64, usize)> = None;
+    for (j, s) in payload.iter().enumerate().filter(|(_, s)| routed(s)) {
+        for x in num(s, "pos")..num(s, "pos") + num(s, "rows") {
+            if let Some((before, from)) = last {
+                if x != before + 1 {
+                    return Some((from, j));
+                }
+            }
+            last = Some((x, j));
+        }
+    }
+    None
+}
+
+/// Strict mode on the same case: the plain merge's answer when every merged
+/// choice reads in position order (or nothing was merged), else
+/// `Error::Layout` at the first choice that does not, naming the two
+/// segments the reading finds, with the decode untouched.
+fn check_strict(
+    prefill: &Value,
+    before: &Value,
+    plain: &Result<bool, Error>,
+    plain_after: &Value,
+) -> Result<(), String> {
+    let mut after = before.clone();
+    let strict = pd_stitch::Stitcher::new()
+        .strict()
+        .merge_routed_payload_in_json(prefill, &mut after);
+    let misread = match plain {
+        Ok(true) => plain_after["choices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+            .find_map(|(c, choice)| {
+                first_misread(choice["payload"].as_array().unwrap()).map(|pair| (c, pair))
+            }),
+        _ => None,
+    };
+    match (misread, strict) {
+        (None, strict) if strict == *plain && &after == plain_after => Ok(()),
+        (Some((c, (a, b))), Err(Error::Layout { at, problem, .. }))
+            if after == *before
+                && at.to_string() == format!("decode choices[{c}].payload")
+                && problem.segments() == (a, b) =>
+        {
+            Ok(())
+        }
+        (misread, strict) => Err(format!(
+            "strict: got {strict:?}, the reading finds {misread:?}; decode changed: {}",
+            after != *before
+        )),
+    }
 }
 
 #[test]

@@ -101,6 +101,10 @@ impl Setup {
             decode: format!("http://{decode_addr}"),
             timeout: options.timeout,
             stitch: options.stitch,
+            // Strict: every layout the mocks write is one a trainer reads
+            // right, so a strict router must answer each as the plain merge
+            // would (the checks below compare with the colocated truth).
+            strict: true,
         };
         let (listener, addr) = listen().await;
         tokio::spawn(pd_router::serve(

@@ -439,9 +439,12 @@ fn prefill_has_routed_experts_cases() {
     ));
     assert!(!prefill_has_routed_experts(&json!({"choices": "x"})));
     assert!(!prefill_has_routed_experts(&json!(null)));
+    // `routed_expert_weights` is a default field since 0.2; a stitcher of
+    // `routed_experts` alone does not see it.
     let weights = json!({"choices": [{"payload": [{"field": "routed_expert_weights"}]}]});
-    assert!(!prefill_has_routed_experts(&weights));
-    assert!(Stitcher::new()
+    assert!(prefill_has_routed_experts(&weights));
+    assert!(!Stitcher::with_fields(["routed_experts"]).prefill_has_routed_experts(&weights));
+    assert!(Stitcher::with_fields(["routed_experts"])
         .field("routed_expert_weights")
         .prefill_has_routed_experts(&weights));
 }
@@ -451,13 +454,28 @@ fn stitcher_builder() {
     assert_eq!(Stitcher::new(), Stitcher::default());
     assert_eq!(
         Stitcher::new().fields().collect::<Vec<_>>(),
-        ["routed_experts"]
+        ["routed_experts", "routed_expert_weights"]
+    );
+    assert_eq!(
+        Stitcher::new().fields().collect::<Vec<_>>(),
+        pd_stitch::DEFAULT_FIELDS
     );
     let s = Stitcher::new()
         .field("w")
         .field("routed_experts")
         .field("w");
-    assert_eq!(s.fields().collect::<Vec<_>>(), ["routed_experts", "w"]);
+    assert_eq!(
+        s.fields().collect::<Vec<_>>(),
+        ["routed_experts", "routed_expert_weights", "w"]
+    );
+    let exact = Stitcher::with_fields(["w", "routed_experts", "w"]);
+    assert_eq!(exact.fields().collect::<Vec<_>>(), ["w", "routed_experts"]);
+    assert!(Stitcher::with_fields(Vec::<String>::new())
+        .fields()
+        .next()
+        .is_none());
+    assert!(!Stitcher::new().is_strict());
+    assert!(Stitcher::new().strict().is_strict());
 }
 
 #[test]

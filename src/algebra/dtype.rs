@@ -83,6 +83,15 @@ impl Dtype {
         }
     }
 
+    /// Whether this is an unsigned integer (`uint8` to `uint64`): the dtypes
+    /// that widen into one another without changing a value.
+    pub const fn is_unsigned(self) -> bool {
+        matches!(
+            self,
+            Dtype::Uint8 | Dtype::Uint16 | Dtype::Uint32 | Dtype::Uint64
+        )
+    }
+
     /// The NumPy name of this dtype, as writers spell it.
     pub const fn name(self) -> &'static str {
         match self {

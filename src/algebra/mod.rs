@@ -11,15 +11,19 @@
 //! - [`Segment`]: rows of one field back to back in a file: an extent with a
 //!   field, a file, a dtype and a shape.
 //! - [`cut`], [`Cuts`], [`merge_segments`]: the P/D merge rule.
+//! - [`check_layout`]: the layout rule, whether segments read in order give
+//!   the rows in position order (strict merges and `check`).
 
 mod dtype;
 mod extent;
+mod layout;
 mod merge;
 mod rows;
 mod segment;
 
 pub use dtype::{Dtype, UnknownDtype};
 pub use extent::Extent;
+pub use layout::{check_layout, LayoutProblem};
 pub use merge::{cut, merge_segments, Cuts, MissingField};
 pub use rows::Rows;
 pub use segment::{row_bytes, Overflow, Segment};

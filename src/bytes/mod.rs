@@ -53,7 +53,7 @@ mod view;
 mod write;
 
 use crate::error::{Error, Side};
-use crate::merge::{self, Kinds};
+use crate::merge::{self, Mode};
 use crate::stitcher::Stitcher;
 
 use scan::Doc;
@@ -111,17 +111,16 @@ fn scan(side: Side, text: &[u8]) -> Result<Doc<'_>, Error> {
     })
 }
 
-/// The bytes merge of `fields` (and inline rows) as `kinds` says.
+/// The bytes merge as `mode` says.
 pub(crate) fn merge<S: AsRef<str>>(
-    fields: &[S],
+    mode: Mode<'_, S>,
     prefill: &[u8],
     decode: &mut Vec<u8>,
-    kinds: Kinds,
 ) -> Result<bool, Error> {
     let prefill = scan(Side::Prefill, prefill)?;
     let edits = {
         let doc = scan(Side::Decode, decode)?;
-        let plan = merge::plan(fields, Node::root(&prefill), Node::root(&doc), kinds)?;
+        let plan = merge::plan(mode, Node::root(&prefill), Node::root(&doc))?;
         match plan {
             None => return Ok(false),
             Some(plan) => write::edits(plan, Node::root(&prefill), &doc),

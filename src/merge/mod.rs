@@ -28,6 +28,15 @@ pub(crate) struct Kinds {
     pub(crate) by_handle: bool,
 }
 
+/// How a merge is made: the stitched fields, the kinds of rows, and whether
+/// merged layouts are held against the layout rule ([`crate::strict`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Mode<'f, S> {
+    pub(crate) fields: &'f [S],
+    pub(crate) kinds: Kinds,
+    pub(crate) strict: bool,
+}
+
 /// Everything a merge writes: the prefill's segments to put in front of every
 /// decode payload, and each decode choice's new values, by choice index.
 pub(crate) struct Plan<V> {
@@ -46,16 +55,20 @@ pub(crate) struct ChoicePlan {
 /// Plans the merge of the enabled kinds of rows of `prefill` into `decode`:
 /// `Ok(None)` when there is nothing to stitch.
 pub(crate) fn plan<'p, 'd, S, P, D>(
-    fields: &[S],
+    mode: Mode<'_, S>,
     prefill: P,
     decode: D,
-    kinds: Kinds,
 ) -> Result<Option<Plan<P>>, Error>
 where
     S: AsRef<str>,
     P: View<'p>,
     D: View<'d>,
 {
+    let Mode {
+        fields,
+        kinds,
+        strict,
+    } = mode;
     let inline = if kinds.inline {
         inline::Prefill::read(prefill)?
     } else {
@@ -80,6 +93,12 @@ where
         return Ok(None);
     }
 
+    // Strict mode: the layout rule on each choice's planned merged segments,
+    // checked while planning it (see `crate::strict`).
+    let mut strict_layout = match (&by_handle, strict) {
+        (Some(prefill), true) => Some(prefill.planned_prefix(fields)?),
+        _ => None,
+    };
     let mut choices = Vec::new();
     for (i, choice) in decode_choices(decode)?.enumerate() {
         if choice.kind() != Kind::Object {
@@ -93,7 +112,7 @@ where
             inline: inline.as_ref().map(|p| p.plan(choice, i)).transpose()?,
             by_handle: by_handle
                 .as_ref()
-                .map(|p| p.plan(fields, choice, i))
+                .map(|p| p.plan(fields, choice, i, strict_layout.as_mut()))
                 .transpose()?,
         });
     }

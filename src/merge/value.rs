@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{Kinds, Plan};
+use super::{Mode, Plan};
 use crate::error::Error;
 use crate::fields::ROUTED_EXPERTS;
 use crate::handle::Fate;
@@ -13,12 +13,11 @@ use crate::response::prefill_rows;
 /// Stitches the enabled kinds of rows of `prefill` into `decode`: plans, then
 /// writes. On error `decode` is untouched.
 pub(crate) fn merge<S: AsRef<str>>(
-    fields: &[S],
+    mode: Mode<'_, S>,
     prefill: &Value,
     decode: &mut Value,
-    kinds: Kinds,
 ) -> Result<bool, Error> {
-    let Some(plan) = super::plan(fields, prefill, &*decode, kinds)? else {
+    let Some(plan) = super::plan(mode, prefill, &*decode)? else {
         return Ok(false);
     };
     apply(plan, prefill, decode);

@@ -1,0 +1,230 @@
+//! Checking a response's layout: [`check`] and [`check_from`] look over every
+//! choice without stopping at the first problem, for each field its coverage,
+//! gaps and overlaps, dtype and shape agreement, payload order, and whether
+//! every segment's bytes exist in its file, and collect it all in a
+//! [`Report`].
+
+use std::path::Path;
+
+use serde_json::{Map, Value};
+
+use crate::algebra::{check_layout, Rows, Segment};
+use crate::error::{describe, Location, Side};
+use crate::fields::ROUTED_EXPERTS;
+use crate::response::item_at;
+use crate::inline::{self, Form};
+use crate::json::choice_at;
+
+use super::read::segments_of;
+use super::report::{list, FieldReport, Report};
+use super::{GatherError, Store};
+
+/// Looks over every choice of `response`: for each field of its payload
+/// segments (and its inline `routed_experts`), the coverage, gaps and
+/// overlaps, whether dtype and shape agree, whether the segments come in
+/// position order (a trainer concatenates them in payload order), and whether
+/// each segment's bytes exist in its file (relative names resolved against
+/// `root`, and only files inside `root` looked at: see [`check_from`] to
+/// allow more directories).
+pub fn check(response: &Value, root: &Path) -> Report {
+    match Store::confined(root, &[]) {
+        Ok(store) => check_from(response, &store),
+        Err(err) => Report {
+            fields: Vec::new(),
+            problems: vec![format!("root {}: {err}", root.display())],
+        },
+    }
+}
+
+/// [`check`], looking at files through `store`: a file outside the store's
+/// allowed directories is a problem of its segment, and is not looked at.
+pub fn check_from(response: &Value, store: &Store) -> Report {
+    let mut report = Report::default();
+    let choices = match response.get("choices") {
+        Some(Value::Array(choices)) => choices,
+        other => {
+            report.problems.push(format!(
+                "response choices: must be an array, got {}",
+                describe(other)
+            ));
+            return report;
+        }
+    };
+    for (i, choice) in choices.iter().enumerate() {
+        let Some(object) = choice.as_object() else {
+            report.problems.push(format!(
+                "response choices[{i}]: must be an object, got {}",
+                describe(Some(choice))
+            ));
+            continue;
+        };
+        check_payload(object, i, store, &mut report);
+        if let Some(value) = object.get(ROUTED_EXPERTS).filter(|v| !v.is_null()) {
+            report.fields.push(check_inline(value, i));
+        }
+    }
+    report
+}
+
+fn check_payload(choice: &Map<String, Value>, i: usize, store: &Store, report: &mut Report) {
+    let items = match choice.get("payload") {
+        None | Some(Value::Null) => return,
+        Some(Value::Array(items)) => items,
+        Some(other) => {
+            report.problems.push(format!(
+                "response choices[{i}].payload: must be an array or null, got {}",
+                describe(Some(other))
+            ));
+            return;
+        }
+    };
+    let mut fields: Vec<&str> = Vec::new();
+    for item in items {
+        if let Some(field) = item.get("field").and_then(Value::as_str) {
+            if !fields.contains(&field) {
+                fields.push(field);
+            }
+        }
+    }
+    for field in fields {
+        report.fields.push(check_field(items, i, field, store));
+    }
+}
+
+fn check_field(items: &[Value], i: usize, field: &str, store: &Store) -> FieldReport {
+    let mut out = FieldReport::empty(i, field.to_owned());
+    let mut segments: Vec<(usize, Segment<String>)> = Vec::new();
+    for (j, segment) in segments_of(items, i, field) {
+        out.segments += 1;
+        match segment {
+            Ok(segment) => segments.push((j, segment)),
+            Err(err) => out.problems.push(err.to_string()),
+        }
+    }
+    if let Some((_, first)) = segments.first() {
+        let same_dtype = segments.iter().all(|(_, s)| s.dtype() == first.dtype());
+        let same_shape = segments.iter().all(|(_, s)| s.shape() == first.shape());
+        out.dtype = same_dtype.then(|| first.dtype());
+        out.shape = same_shape.then(|| first.shape().to_vec());
+    }
+    let (coverage, gaps, overlaps) = coverage(segments.iter().map(|(_, s)| s.positions()));
+    if !gaps.is_empty() {
+        out.problems
+            .push(format!("choices[{i}] {field}: gaps at {}", list(&gaps)));
+    }
+    if !overlaps.is_empty() {
+        out.problems.push(format!(
+            "choices[{i}] {field}: positions covered twice at {}",
+            list(&overlaps)
+        ));
+    }
+    // The one layout rule strict merges use: what a trainer concatenating the
+    // segments in payload order would misread (order, shape, dtype kind).
+    let layout = segments
+        .iter()
+        .map(|(_, s)| (s.positions(), s.dtype(), s.shape()));
+    if let Err(problem) = check_layout(layout) {
+        let payload_index = |k: usize| segments.get(k).map_or(k, |(j, _)| *j);
+        out.problems.push(format!(
+            "choices[{i}] {field}: read in payload order (segments by payload index), {}",
+            problem.map_segments(payload_index)
+        ));
+    }
+    for (j, segment) in &segments {
+        if let Err(problem) = check_file(segment, store, || item_at(Side::Response, i, *j)) {
+            out.problems.push(problem);
+        }
+    }
+    out.coverage = coverage;
+    out.gaps = gaps;
+    out.overlaps = overlaps;
+    out
+}
+
+fn check_inline(value: &Value, i: usize) -> FieldReport {
+    let mut out = FieldReport::empty(i, format!("{ROUTED_EXPERTS} (inline)"));
+    out.segments = 1;
+    match inline::read_rows(value, || choice_at(Side::Response, i).key(ROUTED_EXPERTS)) {
+        Ok((form, segment, _)) => {
+            out.field = format!(
+                "{ROUTED_EXPERTS} (inline {})",
+                if form == Form::Compact {
+                    "compact"
+                } else {
+                    "npy"
+                }
+            );
+            out.coverage = vec![segment.positions()]
+                .into_iter()
+                .filter(|r| !r.is_empty())
+                .collect();
+            out.dtype = Some(segment.dtype());
+            out.shape = Some(segment.shape().to_vec());
+        }
+        Err(err) => out.problems.push(err.to_string()),
+    }
+    out
+}
+
+/// Whether the store may read the segment's file, and it exists and holds
+/// the segment's bytes.
+fn check_file(
+    segment: &Segment<String>,
+    store: &Store,
+    at: impl Fn() -> Location,
+) -> Result<(), String> {
+    let (path, len) = store.len(segment.file(), &at).map_err(|err| match err {
+        GatherError::Io { path, source } => {
+            format!("{}: file {}: {source}", at(), path.display())
+        }
+        other => other.to_string(),
+    })?;
+    let needed = segment.byte_range().end;
+    if len < needed {
+        return Err(format!(
+            "{}: file {} is {len} bytes long, but the segment needs bytes up to {needed}",
+            at(),
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
+/// The union of `intervals` as disjoint intervals in order, the gaps between
+/// them, and the positions covered more than once (merged).
+pub(crate) fn coverage(intervals: impl Iterator<Item = Rows>) -> (Vec<Rows>, Vec<Rows>, Vec<Rows>) {
+    let mut sorted: Vec<Rows> = intervals.filter(|r| !r.is_empty()).collect();
+    sorted.sort_by_key(|r| (r.start(), r.end()));
+    let mut union: Vec<Rows> = Vec::new();
+    let mut overlaps: Vec<Rows> = Vec::new();
+    for r in sorted {
+        match union.last_mut() {
+            Some(last) if r.start() <= last.end() => {
+                if let Some(twice) = last.intersection(r) {
+                    push_merged(&mut overlaps, twice);
+                }
+                *last = Rows::new(last.start(), last.end().max(r.end())).unwrap_or(*last);
+            }
+            _ => union.push(r),
+        }
+    }
+    let gaps = union
+        .windows(2)
+        .filter_map(|w| match w {
+            [a, b] => Rows::new(a.end(), b.start()),
+            _ => None,
+        })
+        .collect();
+    (union, gaps, overlaps)
+}
+
+/// Pushes `r` onto sorted disjoint `list`, merging it with the last interval
+/// when they touch or overlap.
+fn push_merged(list: &mut Vec<Rows>, r: Rows) {
+    match list.last_mut() {
+        Some(last) if r.start() <= last.end() => {
+            *last = Rows::new(last.start(), last.end().max(r.end())).unwrap_or(*last);
+        }
+        _ => list.push(r),
+    }
+}

@@ -1,0 +1,40 @@
+//! Reading the rows a response points at, for verification.
+//!
+//! The merge never opens a file; this module does. [`gather`] reconstructs the
+//! `(positions, *shape)` array of one field of one choice, in position order,
+//! from the files its payload segments point at (rows by handle) or from its
+//! inline `routed_experts`. [`check`] looks over a whole response without
+//! stopping at the first problem: coverage, gaps, overlaps, dtype and shape
+//! consistency, and whether every segment's bytes exist in its file.
+//!
+//! Both read with `std::fs` through a [`Store`], which confines every read to
+//! allowed directories: relative file names resolve against a root, and a
+//! file whose canonical path (symlinks resolved) lies outside the root and
+//! the directories given with [`Store::confined`] is refused
+//! ([`GatherError::Outside`]) and never opened. A missing file, a short file
+//! or an unreadable range is an error, never a panic. No metadata value makes
+//! them allocate: a read is sized only after the file was found to hold the
+//! bytes.
+//!
+//! One concern per file:
+//!
+//! - `store.rs`: [`Store`], where files are read from, and its confinement;
+//! - `read.rs`: [`gather`], [`gather_from`] and [`Gathered`], reading rows;
+//! - `check.rs`: [`check`] and [`check_from`], checking a layout;
+//! - `report.rs`: [`Report`] and [`FieldReport`], what `check` found;
+//! - `error.rs`: [`GatherError`].
+
+mod check;
+mod error;
+mod read;
+mod report;
+mod store;
+
+pub use check::{check, check_from};
+pub use error::GatherError;
+pub use read::{gather, gather_from, gather_runs_from, Gathered, Source};
+pub use report::{FieldReport, Report};
+pub use store::{Confinement, Store};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,415 @@
+//! Reading rows back: [`gather`] and [`gather_from`] reconstruct the
+//! `(positions, *shape)` array of one field of one choice, in position order,
+//! from the files its payload segments point at (through a [`Store`], so only
+//! where the store may read) or from its inline `routed_experts`, and
+//! [`Gathered`] is what they return.
+
+use std::path::Path;
+
+use serde_json::{Map, Value};
+
+use crate::algebra::{Dtype, Rows, Segment};
+use crate::error::{describe, Error, Location, Side};
+use crate::fields::ROUTED_EXPERTS;
+use crate::handle::Keys;
+use crate::response::item_at;
+use crate::inline::{self, Form, NpyError};
+use crate::json::choice_at;
+
+use super::{GatherError, Store};
+
+/// The rows of one field of one choice, in position order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gathered {
+    positions: Rows,
+    dtype: Dtype,
+    shape: Vec<u64>,
+    data: Vec<u8>,
+    source: Source,
+}
+
+/// Where gathered rows came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// Payload segments, read from their files.
+    Files,
+    /// Inline `routed_experts` of this form.
+    Inline(Form),
+}
+
+impl Gathered {
+    /// The positions covered, `[first, last + 1)`.
+    pub fn positions(&self) -> Rows {
+        self.positions
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+
+    /// The shape of one row.
+    pub fn row_shape(&self) -> &[u64] {
+        &self.shape
+    }
+
+    /// The shape of the whole array: `(positions, *row_shape)`.
+    pub fn shape(&self) -> Vec<u64> {
+        let mut shape = vec![self.positions.len()];
+        shape.extend_from_slice(&self.shape);
+        shape
+    }
+
+    /// The rows' bytes, back to back in position order.
+    pub fn data(&self) -> &[u8] {
+        &self.data
+    }
+
+    /// Where the rows came from.
+    pub fn source(&self) -> Source {
+        self.source
+    }
+
+    /// The bytes of the row of `position`, or `None` outside the positions.
+    pub fn row(&self, position: u64) -> Option<&[u8]> {
+        let index = position.checked_sub(self.positions.start())?;
+        if index >= self.positions.len() {
+            return None;
+        }
+        let row_bytes = self.data.len() / usize::try_from(self.positions.len()).ok()?.max(1);
+        let start = usize::try_from(index).ok()?.checked_mul(row_bytes)?;
+        self.data.get(start..start.checked_add(row_bytes)?)
+    }
+
+    /// The array as a version 1.0 `.npy` file, as `numpy.save` writes it.
+    ///
+    /// # Errors
+    ///
+    /// [`NpyError::Descr`] for `bfloat16`, which has no `.npy` type code.
+    pub fn to_npy(&self) -> Result<Vec<u8>, NpyError> {
+        inline::npy_file(self.dtype, &self.shape(), &self.data)
+    }
+
+    /// A 64-bit FNV-1a hash of the data, to compare arrays at a glance.
+    pub fn checksum(&self) -> u64 {
+        self.data.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+        })
+    }
+}
+
+/// Reconstructs the rows of `field` for `choice` of `response`, in position
+/// order: from the files of its payload segments (relative names resolved
+/// against `root`), or, when it has no segment of `field` and `field` is
+/// `routed_experts`, from its inline rows.
+///
+/// Only files inside `root` are read (`Store::confined(root, &[])`): a name
+/// that leads out of it, by `..`, as an absolute path or through a symlink,
+/// is [`GatherError::Outside`]. [`gather_from`] with [`Store::confined`]
+/// allows more directories.
+///
+/// ```
+/// use pd_stitch::gather::gather;
+/// use serde_json::json;
+///
+/// let dir = std::env::temp_dir().join(format!("pd-stitch-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir)?;
+/// std::fs::write(dir.join("p.bin"), [1, 2, 3, 4])?;
+/// let response = json!({"choices": [{"payload": [
+///     {"field": "routed_experts", "file": "p.bin", "offset": 1, "pos": 0, "rows": 3,
+///      "dtype": "uint8", "shape": []}]}]});
+///
+/// let rows = gather(&response, 0, "routed_experts", &dir)?;
+/// assert_eq!(rows.data(), [2, 3, 4]);
+/// assert_eq!(rows.shape(), [3]);
+/// std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Errors
+///
+/// [`GatherError`]: a malformed segment or choice, a gap or an overlap between
+/// segments, segments that disagree on dtype or shape, a missing or short
+/// file, a file outside `root`, or no rows at all.
+pub fn gather(
+    response: &Value,
+    choice: usize,
+    field: &str,
+    root: &Path,
+) -> Result<Gathered, GatherError> {
+    let store = Store::confined(root, &[]).map_err(|source| GatherError::Io {
+        path: root.to_owned(),
+        source,
+    })?;
+    gather_from(response, choice, field, &store)
+}
+
+/// [`gather`], reading the files from `store` (memory, or a directory tree
+/// to which it confines every read).
+///
+/// # Errors
+///
+/// As [`gather`]; [`GatherError::Outside`] for a file outside the store's
+/// allowed directories.
+pub fn gather_from(
+    response: &Value,
+    choice: usize,
+    field: &str,
+    store: &Store,
+) -> Result<Gathered, GatherError> {
+    let object = choice_object(response, choice)?;
+    let segments = field_segments(object, choice, field)?;
+    if segments.is_empty() {
+        let inline = object
+            .get(ROUTED_EXPERTS)
+            .filter(|v| !v.is_null() && field == ROUTED_EXPERTS);
+        let Some(value) = inline else {
+            return Err(GatherError::NoRows {
+                choice,
+                field: field.to_owned(),
+            });
+        };
+        let (form, segment, data) = inline::read_rows(value, || {
+            choice_at(Side::Response, choice).key(ROUTED_EXPERTS)
+        })?;
+        return Ok(Gathered {
+            positions: segment.positions(),
+            dtype: segment.dtype(),
+            shape: segment.shape().to_vec(),
+            data,
+            source: Source::Inline(form),
+        });
+    }
+    let layout = layout(&segments, choice, field)?;
+    let mut data = Vec::new();
+    for (j, segment) in &layout.in_order {
+        store.read(
+            segment.file(),
+            segment.byte_range(),
+            || item_at(Side::Response, choice, *j),
+            &mut data,
+        )?;
+    }
+    Ok(Gathered {
+        positions: layout.positions,
+        dtype: layout.dtype,
+        shape: layout.shape,
+        data,
+        source: Source::Files,
+    })
+}
+
+/// [`gather_from`], except that positions no segment covers between two
+/// segments are not an error: the rows come back as runs of consecutive
+/// positions, in order, one [`Gathered`] each (one run when there is no gap;
+/// none when every segment is empty). For `compare`, which reports such
+/// positions as covered by one side only.
+///
+/// # Errors
+///
+/// As [`gather_from`], less [`GatherError::Gap`].
+pub fn gather_runs_from(
+    response: &Value,
+    choice: usize,
+    field: &str,
+    store: &Store,
+) -> Result<Vec<Gathered>, GatherError> {
+    let object = choice_object(response, choice)?;
+    let segments = field_segments(object, choice, field)?;
+    match layout(&segments, choice, field) {
+        // Inline rows, or segments with no gap: gather's own answer.
+        Err(GatherError::NoRows { .. }) | Ok(_) => {
+            return gather_from(response, choice, field, store).map(|rows| vec![rows])
+        }
+        Err(GatherError::Gap { .. }) => {}
+        Err(other) => return Err(other),
+    }
+    // Dtypes and shapes agree (layout checks them before gaps): split the
+    // non-empty segments, in position order, where a gap falls, and lay out
+    // and read each run (an overlap is still an error).
+    let mut in_order: Vec<(usize, Segment<String>)> =
+        segments.into_iter().filter(|(_, s)| s.rows() > 0).collect();
+    in_order.sort_by_key(|(_, s)| s.pos());
+    let mut runs = Vec::new();
+    let mut from = 0;
+    for to in 1..=in_order.len() {
+        let split = match (in_order.get(to - 1), in_order.get(to)) {
+            (Some((_, a)), Some((_, b))) => b.pos() > a.end(),
+            _ => true,
+        };
+        if !split {
+            continue;
+        }
+        let run = in_order.get(from..to).unwrap_or_default();
+        let layout = layout(run, choice, field)?;
+        let mut data = Vec::new();
+        for (j, segment) in &layout.in_order {
+            store.read(
+                segment.file(),
+                segment.byte_range(),
+                || item_at(Side::Response, choice, *j),
+                &mut data,
+            )?;
+        }
+        runs.push(Gathered {
+            positions: layout.positions,
+            dtype: layout.dtype,
+            shape: layout.shape,
+            data,
+            source: Source::Files,
+        });
+        from = to;
+    }
+    Ok(runs)
+}
+
+/// `response.choices[choice]`, which must be an object.
+pub(super) fn choice_object(
+    response: &Value,
+    choice: usize,
+) -> Result<&Map<String, Value>, GatherError> {
+    let choices = match response.get("choices") {
+        Some(Value::Array(choices)) => choices,
+        other => {
+            return Err(Error::Structure {
+                at: Location::root(Side::Response).key("choices"),
+                expected: "an array",
+                got: describe(other),
+            }
+            .into())
+        }
+    };
+    match choices.get(choice) {
+        Some(Value::Object(object)) => Ok(object),
+        other => Err(Error::Structure {
+            at: choice_at(Side::Response, choice),
+            expected: "an object",
+            got: describe(other),
+        }
+        .into()),
+    }
+}
+
+/// Every valid segment of `field` in the choice's payload, with its payload
+/// index, the file a string.
+fn field_segments(
+    choice: &Map<String, Value>,
+    index: usize,
+    field: &str,
+) -> Result<Vec<(usize, Segment<String>)>, GatherError> {
+    let items = match choice.get("payload") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(items)) => items,
+        Some(other) => {
+            return Err(Error::Structure {
+                at: choice_at(Side::Response, index).key("payload"),
+                expected: "an array or null",
+                got: describe(Some(other)),
+            }
+            .into())
+        }
+    };
+    let mut segments = Vec::new();
+    for (j, segment) in segments_of(items, index, field) {
+        segments.push((j, segment?));
+    }
+    Ok(segments)
+}
+
+/// Each payload item of `field` with its index, validated into a segment
+/// whose file is a string (or the error that says why it is not one).
+pub(super) fn segments_of<'a>(
+    items: &'a [Value],
+    choice: usize,
+    field: &'a str,
+) -> impl Iterator<Item = (usize, Result<Segment<String>, Error>)> + 'a {
+    items.iter().enumerate().filter_map(move |(j, item)| {
+        let object = item.as_object()?;
+        let keys = Keys::of(item).filter(|k| k.field() == field)?;
+        let at = || item_at(Side::Response, choice, j);
+        let segment = keys
+            .segment(&at)
+            .and_then(|segment| match object.get("file") {
+                Some(Value::String(file)) => Ok(segment.map_file(|()| file.clone())),
+                other => Err(Error::Structure {
+                    at: at().key("file"),
+                    expected: "a file name",
+                    got: describe(other),
+                }),
+            });
+        Some((j, segment))
+    })
+}
+
+/// Segments checked to tile their positions: one dtype and shape, no gap, no
+/// overlap, in position order (empty segments left out).
+struct Layout<'s> {
+    in_order: Vec<&'s (usize, Segment<String>)>,
+    positions: Rows,
+    dtype: Dtype,
+    shape: Vec<u64>,
+}
+
+fn layout<'s>(
+    segments: &'s [(usize, Segment<String>)],
+    choice: usize,
+    field: &str,
+) -> Result<Layout<'s>, GatherError> {
+    let Some((first_index, first)) = segments.first() else {
+        return Err(GatherError::NoRows {
+            choice,
+            field: field.to_owned(),
+        });
+    };
+    for (j, segment) in segments {
+        let what = if segment.dtype() != first.dtype() {
+            "dtype"
+        } else if segment.shape() != first.shape() {
+            "shape"
+        } else {
+            continue;
+        };
+        return Err(GatherError::Inconsistent {
+            at: item_at(Side::Response, choice, *j),
+            what,
+            first: *first_index,
+        });
+    }
+    let mut in_order: Vec<&(usize, Segment<String>)> =
+        segments.iter().filter(|(_, s)| s.rows() > 0).collect();
+    in_order.sort_by_key(|(_, s)| s.pos());
+    for pair in in_order.windows(2) {
+        let [(a_index, a), (b_index, b)] = pair else {
+            continue;
+        };
+        if b.pos() > a.end() {
+            return Err(GatherError::Gap {
+                choice,
+                field: field.to_owned(),
+                missing: Rows::new(a.end(), b.pos()).unwrap_or(a.positions()),
+            });
+        }
+        if b.pos() < a.end() {
+            return Err(GatherError::Overlap {
+                choice,
+                field: field.to_owned(),
+                overlap: a
+                    .positions()
+                    .intersection(b.positions())
+                    .unwrap_or(b.positions()),
+                first: *a_index,
+                second: *b_index,
+            });
+        }
+    }
+    let positions = match (in_order.first(), in_order.last()) {
+        (Some((_, a)), Some((_, b))) => Rows::new(a.pos(), b.end()).unwrap_or(a.positions()),
+        _ => Rows::with_len(first.pos(), 0).unwrap_or(first.positions()),
+    };
+    Ok(Layout {
+        in_order,
+        positions,
+        dtype: first.dtype(),
+        shape: first.shape().to_vec(),
+    })
+}

@@ -1,0 +1,348 @@
+//! Unit tests of reading, checking and the coverage helper, on memory and
+//! directory stores.
+
+use std::path::{Path, PathBuf};
+
+use proptest::prelude::*;
+use serde_json::{json, Value};
+
+use super::check::coverage;
+use super::*;
+use crate::algebra::{Dtype, Rows};
+use crate::fields::ROUTED_EXPERTS;
+use crate::inline::Form;
+
+/// A `uint8` segment of `field` whose rows are `width` bytes wide.
+fn segment(field: &str, file: &str, offset: u64, pos: u64, rows: u64, width: u64) -> Value {
+    json!({"field": field, "file": file, "offset": offset, "pos": pos, "rows": rows,
+           "dtype": "uint8", "shape": [width]})
+}
+
+fn one_choice(payload: Vec<Value>) -> Value {
+    json!({"choices": [{"payload": payload}]})
+}
+
+/// A memory store whose file `name` holds the bytes `0, 1, 2, ...`.
+fn counting_store(name: &str, len: u8) -> Store {
+    let mut store = Store::memory();
+    store.write(name, (0..len).collect()).unwrap();
+    store
+}
+
+/// A fresh directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "pd-stitch-gather-unit-{}-{name}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Two segments listed against position order: the rows come back in
+/// position order, and `row(x)` is the row of position `x` (row bytes =
+/// data length / positions), `None` outside `[5, 8)`.
+#[test]
+fn rows_come_back_in_position_order_and_answer_by_position() {
+    let response = one_choice(vec![
+        segment(ROUTED_EXPERTS, "a.bin", 0, 7, 1, 2),
+        json!({"field": "sampling_mask", "file": "m.bin"}),
+        segment(ROUTED_EXPERTS, "a.bin", 10, 5, 2, 2),
+    ]);
+    let rows = gather_from(&response, 0, ROUTED_EXPERTS, &counting_store("a.bin", 20)).unwrap();
+    assert_eq!(rows.positions(), Rows::new(5, 8).unwrap());
+    assert_eq!(rows.dtype(), Dtype::Uint8);
+    assert_eq!(rows.row_shape(), [2]);
+    assert_eq!(rows.shape(), [3, 2]);
+    assert_eq!(rows.source(), Source::Files);
+    assert_eq!(rows.data(), [10, 11, 12, 13, 0, 1]);
+    assert_eq!(rows.row(5), Some(&[10, 11][..]));
+    assert_eq!(rows.row(6), Some(&[12, 13][..]));
+    assert_eq!(rows.row(7), Some(&[0, 1][..]));
+    for outside in [0, 4, 8, u64::MAX] {
+        assert_eq!(rows.row(outside), None, "position {outside}");
+    }
+}
+
+/// The FNV-1a 64 test vectors of its specification: the empty input,
+/// `a`, `foobar`.
+#[test]
+fn checksum_is_fnv_1a_64() {
+    let mut store = Store::memory();
+    store.write("t.bin", b"foobar".to_vec()).unwrap();
+    let checksum = |offset: u64, rows: u64| {
+        let response = one_choice(vec![segment(ROUTED_EXPERTS, "t.bin", offset, 0, rows, 1)]);
+        gather_from(&response, 0, ROUTED_EXPERTS, &store)
+            .unwrap()
+            .checksum()
+    };
+    assert_eq!(checksum(0, 0), 0xcbf2_9ce4_8422_2325);
+    assert_eq!(checksum(4, 1), 0xaf63_dc4c_8601_ec8c); // "a", the fifth byte
+    assert_eq!(checksum(0, 6), 0x8594_4171_f739_67e8); // "foobar"
+}
+
+/// A file must hold every byte of a segment: one byte short is a
+/// `ShortFile` error, the exact length or more is read.
+#[test]
+fn a_file_one_byte_short_is_refused_in_memory_and_on_disk() {
+    let dir = scratch("short");
+    for len in [5u8, 6, 7] {
+        let mut memory = counting_store("s.bin", len);
+        let mut disk = Store::Dir(dir.clone());
+        disk.write("s.bin", (0..len).collect()).unwrap();
+        // Bytes [2, 6): 2 rows of 2 bytes from offset 2.
+        let response = one_choice(vec![segment(ROUTED_EXPERTS, "s.bin", 2, 0, 2, 2)]);
+        for store in [&mut memory, &mut disk] {
+            let got = gather_from(&response, 0, ROUTED_EXPERTS, store);
+            if len < 6 {
+                assert!(
+                    matches!(
+                        got,
+                        Err(GatherError::ShortFile {
+                            needed: 6,
+                            len: 5,
+                            ..
+                        })
+                    ),
+                    "{got:?}"
+                );
+            } else {
+                assert_eq!(got.unwrap().data(), [2, 3, 4, 5], "len {len}");
+            }
+        }
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// Empty segments hold no position: wherever they sit, and whatever file
+/// they name, they make no gap, no overlap and no read.
+#[test]
+fn empty_segments_are_left_out() {
+    let response = one_choice(vec![
+        segment(ROUTED_EXPERTS, "a.bin", 4, 0, 2, 2),
+        segment(ROUTED_EXPERTS, "nowhere.bin", 0, 1, 0, 2),
+        segment(ROUTED_EXPERTS, "nowhere.bin", 0, 9, 0, 2),
+    ]);
+    let rows = gather_from(&response, 0, ROUTED_EXPERTS, &counting_store("a.bin", 8)).unwrap();
+    assert_eq!(rows.positions(), Rows::new(0, 2).unwrap());
+    assert_eq!(rows.data(), [4, 5, 6, 7]);
+}
+
+/// Inline rows stand for the field `routed_experts` only, and only when
+/// not null.
+#[test]
+fn inline_rows_are_gathered_for_routed_experts_only() {
+    // Compact rows of [1, 2, 3, 4]: 2 positions from 3, 1 x 2 per row.
+    let compact = json!({"data": "AQIDBA==", "shape": [2, 1, 2], "start": 3, "dtype": "uint8"});
+    let response = json!({"choices": [{"routed_experts": compact}]});
+    let rows = gather_from(&response, 0, ROUTED_EXPERTS, &Store::memory()).unwrap();
+    assert_eq!(rows.source(), Source::Inline(Form::Compact));
+    assert_eq!(rows.positions(), Rows::new(3, 5).unwrap());
+    assert_eq!(rows.row_shape(), [1, 2]);
+    assert_eq!(rows.row(4), Some(&[3, 4][..]));
+    let other = gather_from(&response, 0, "sampling_mask", &Store::memory());
+    assert!(
+        matches!(&other, Err(GatherError::NoRows { choice: 0, field }) if field == "sampling_mask"),
+        "{other:?}"
+    );
+    let null = json!({"choices": [{"routed_experts": null}]});
+    let none = gather_from(&null, 0, ROUTED_EXPERTS, &Store::memory());
+    assert!(matches!(none, Err(GatherError::NoRows { .. })), "{none:?}");
+}
+
+/// `check` of one choice whose files are written to a scratch directory.
+fn check_one(name: &str, payload: Vec<Value>, files: &[(&str, u8)]) -> FieldReport {
+    let dir = scratch(name);
+    let mut store = Store::Dir(dir.clone());
+    for &(file, len) in files {
+        store.write(file, (0..len).collect()).unwrap();
+    }
+    let report = check(&one_choice(payload), &dir);
+    std::fs::remove_dir_all(dir).unwrap();
+    assert!(report.problems.is_empty(), "{report}");
+    assert_eq!(report.fields.len(), 1, "{report}");
+    report.fields.into_iter().next().unwrap()
+}
+
+/// Segments in payload order against position order are a problem;
+/// an empty segment anywhere is not (it adds no row to concatenate), and
+/// it counts as a segment but covers nothing.
+#[test]
+fn check_counts_segments_and_flags_payload_order() {
+    let reversed = check_one(
+        "order",
+        vec![
+            segment(ROUTED_EXPERTS, "a.bin", 4, 2, 2, 2),
+            segment(ROUTED_EXPERTS, "a.bin", 0, 0, 2, 2),
+        ],
+        &[("a.bin", 8)],
+    );
+    assert_eq!(reversed.segments, 2);
+    assert_eq!(reversed.coverage, [Rows::new(0, 4).unwrap()]);
+    assert!(reversed.gaps.is_empty() && reversed.overlaps.is_empty());
+    assert_eq!(
+        reversed.problems,
+        ["choices[0] routed_experts: read in payload order (segments by payload index), segment 1 starts at 0, before segment 0 (at 2): not in position order"]
+    );
+    let with_empty = check_one(
+        "order-empty",
+        vec![
+            segment(ROUTED_EXPERTS, "a.bin", 0, 0, 2, 2),
+            segment(ROUTED_EXPERTS, "a.bin", 0, 9, 0, 2),
+            segment(ROUTED_EXPERTS, "a.bin", 4, 2, 2, 2),
+        ],
+        &[("a.bin", 8)],
+    );
+    assert_eq!(with_empty.segments, 3);
+    assert_eq!(with_empty.coverage, [Rows::new(0, 4).unwrap()]);
+    assert!(with_empty.gaps.is_empty() && with_empty.overlaps.is_empty());
+    assert!(with_empty.problems.is_empty(), "{:?}", with_empty.problems);
+}
+
+/// Two segments that start at the same position overlap, but neither
+/// comes before the other: an overlap (twice: the positions covered twice,
+/// and what reading in payload order meets), not a problem of order.
+#[test]
+fn check_reports_segments_at_one_position_as_an_overlap_only() {
+    let field = check_one(
+        "same-pos",
+        vec![
+            segment(ROUTED_EXPERTS, "a.bin", 0, 0, 2, 1),
+            segment(ROUTED_EXPERTS, "a.bin", 0, 0, 1, 1),
+        ],
+        &[("a.bin", 2)],
+    );
+    assert_eq!(field.overlaps, [Rows::new(0, 1).unwrap()]);
+    assert_eq!(
+        field.problems,
+        [
+            "choices[0] routed_experts: positions covered twice at [0, 1)",
+            "choices[0] routed_experts: read in payload order (segments by payload index), segment 1 starts at 0, inside segment 0, which ends at 2: an overlap"
+        ]
+    );
+}
+
+/// A file must be at least as long as a segment's last byte.
+#[test]
+fn check_compares_each_file_with_the_bytes_its_segments_need() {
+    // Bytes [2, 6) of each file.
+    let payload: Vec<Value> = ["short.bin", "exact.bin", "long.bin"]
+        .iter()
+        .zip([0, 2, 4])
+        .map(|(file, pos)| segment(ROUTED_EXPERTS, file, 2, pos, 2, 2))
+        .collect();
+    let field = check_one(
+        "lengths",
+        payload,
+        &[("short.bin", 5), ("exact.bin", 6), ("long.bin", 7)],
+    );
+    assert_eq!(field.problems.len(), 1, "{:?}", field.problems);
+    let problem = &field.problems[0];
+    assert!(
+        problem.starts_with("response choices[0].payload[0]: file ")
+            && problem.ends_with("short.bin is 5 bytes long, but the segment needs bytes up to 6"),
+        "{problem}"
+    );
+}
+
+/// Inline rows: one segment covering `[start, start + seq)`; null rows
+/// are no rows.
+#[test]
+fn check_reports_inline_rows_and_ignores_null_ones() {
+    let compact = json!({"data": "AQIDBA==", "shape": [2, 1, 2], "start": 3, "dtype": "uint8"});
+    let report = check(
+        &json!({"choices": [{"routed_experts": compact}]}),
+        Path::new("."),
+    );
+    assert!(report.is_ok(), "{report}");
+    let [field] = &report.fields[..] else {
+        panic!("{report}");
+    };
+    assert_eq!(field.field, "routed_experts (inline compact)");
+    assert_eq!(field.segments, 1);
+    assert_eq!(field.coverage, [Rows::new(3, 5).unwrap()]);
+    assert_eq!(field.dtype, Some(Dtype::Uint8));
+    assert_eq!(field.shape, Some(vec![1, 2]));
+    let null = check(
+        &json!({"choices": [{"routed_experts": null}]}),
+        Path::new("."),
+    );
+    assert!(null.is_ok() && null.fields.is_empty(), "{null}");
+}
+
+/// Runs of consecutive positions of `set`, as intervals.
+fn runs(set: impl Iterator<Item = u64>) -> Vec<Rows> {
+    let mut out: Vec<Rows> = Vec::new();
+    for x in set {
+        match out.last_mut() {
+            Some(last) if last.end() == x => *last = Rows::new(last.start(), x + 1).unwrap(),
+            _ => out.push(Rows::new(x, x + 1).unwrap()),
+        }
+    }
+    out
+}
+
+proptest! {
+    /// `coverage` against a count per position: the union is the runs of
+    /// positions covered at least once, the overlaps those covered at
+    /// least twice, the gaps those between the first and the last
+    /// covered that nothing covers. Empty intervals count for nothing.
+    #[test]
+    fn coverage_agrees_with_counting_each_position(
+        intervals in prop::collection::vec((0u64..12, 0u64..5), 0..6),
+    ) {
+        let mut count = [0u32; 16];
+        for &(start, len) in &intervals {
+            for x in start..start + len {
+                count[x as usize] += 1;
+            }
+        }
+        let covered = |least: u32| (0..16u64).filter(move |&x| count[x as usize] >= least);
+        let union = runs(covered(1));
+        let gaps = match (covered(1).next(), covered(1).next_back()) {
+            (Some(first), Some(last)) => {
+                runs((first..=last).filter(|&x| count[x as usize] == 0))
+            }
+            _ => Vec::new(),
+        };
+        let rows = intervals.iter().map(|&(start, len)| Rows::with_len(start, len).unwrap());
+        let got = coverage(rows);
+        prop_assert_eq!(got, (union, gaps, runs(covered(2))));
+    }
+}
+
+/// `check` holds segments to the same layout rule as strict merges: a uint8
+/// prompt with a uint16 completion is fine (the dtype column says `mixed`),
+/// a float among integers is a problem naming both payload indices.
+#[test]
+fn check_uses_the_layout_rule_for_dtypes() {
+    let dir = scratch("dtypes");
+    Store::Dir(dir.clone())
+        .write("a.bin", (0..8).collect())
+        .unwrap();
+    let routed = |dtype: &str| {
+        let mut second = segment(ROUTED_EXPERTS, "a.bin", 2, 1, 1, 2);
+        second["dtype"] = json!(dtype);
+        let payload = vec![
+            segment("sampling_mask", "a.bin", 0, 0, 1, 1),
+            segment(ROUTED_EXPERTS, "a.bin", 0, 0, 1, 2),
+            second,
+        ];
+        let report = check(&one_choice(payload), &dir);
+        report
+            .fields
+            .into_iter()
+            .find(|f| f.field == ROUTED_EXPERTS)
+            .unwrap()
+    };
+    let mixed = routed("uint16");
+    assert!(mixed.problems.is_empty(), "{:?}", mixed.problems);
+    assert_eq!(mixed.dtype, None);
+    let float = routed("float16");
+    std::fs::remove_dir_all(dir).unwrap();
+    assert_eq!(
+        float.problems,
+        ["choices[0] routed_experts: read in payload order (segments by payload index), segment 2 has dtype float16 but segment 1 has uint8 (only unsigned integers mix)"]
+    );
+}
