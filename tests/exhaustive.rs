@@ -18,8 +18,9 @@
 //! Inline compact: prefill `start` and `seq` in `0..=3`, decode `start` and
 //! `seq` in `0..=4`, every pair of `uint8`/`uint16`, widths 1 and 2.
 //!
-//! Every case of both sweeps also goes through the bytes entry point, which
-//! must give the `Value` result (B1, B4).
+//! Every 8th by-handle case (220,000 of them) and every inline compact pair
+//! also goes through the bytes entry point, which must give the `Value`
+//! result (B1, B4).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -97,6 +98,7 @@ fn check_by_handle(
     second: u8,
     dtype: &str,
     width: u64,
+    through_bytes: bool,
 ) -> Result<(), String> {
     let row_bytes = width * if dtype == "uint8" { 1 } else { 2 };
     let prefill_payload: Vec<Value> = prefill_segs
@@ -121,13 +123,15 @@ fn check_by_handle(
     let before = json!({"choices": [{"index": 0, "payload": decode_payload}, second_choice]});
     let mut after = before.clone();
     let result = merge_routed_payload_in_json(&prefill, &mut after);
-    same_through_bytes(
-        &prefill,
-        &before,
-        &result,
-        &after,
-        bytes::merge_routed_payload_in_json,
-    )?;
+    if through_bytes {
+        same_through_bytes(
+            &prefill,
+            &before,
+            &result,
+            &after,
+            bytes::merge_routed_payload_in_json,
+        )?;
+    }
 
     // The layout rule looks at positions only (one dtype and shape per case
     // here), so the width adds nothing: strict runs on the uint8 half.
@@ -282,6 +286,7 @@ fn check_strict(
 
 #[test]
 fn every_small_by_handle_layout_obeys_every_law() {
+    const BYTES_STRIDE: u64 = 8;
     let one: Vec<(u64, u64)> = (0..=3).flat_map(|p| (0..=3).map(move |r| (p, r))).collect();
     let mut layouts: Vec<Vec<(u64, u64)>> = vec![vec![]];
     layouts.extend(one.iter().map(|&s| vec![s]));
@@ -298,9 +303,18 @@ fn every_small_by_handle_layout_obeys_every_law() {
                 for pass_at in std::iter::once(None).chain((0..=decode.len()).map(Some)) {
                     for second in 0..3 {
                         cases += 1;
-                        if let Err(e) =
-                            check_by_handle(prefill, decode, pass_at, second, dtype, width)
-                        {
+                        // The bytes path on a fixed sample (every 8th case):
+                        // all of them would double the sweep's CI time.
+                        let through_bytes = cases % BYTES_STRIDE == 0;
+                        if let Err(e) = check_by_handle(
+                            prefill,
+                            decode,
+                            pass_at,
+                            second,
+                            dtype,
+                            width,
+                            through_bytes,
+                        ) {
                             if failures.len() < 5 {
                                 failures.push(format!("prefill {prefill:?} decode {decode:?} pass {pass_at:?} second {second} {dtype}x{width}: {e}"));
                             }
