@@ -222,3 +222,144 @@ fn a_directory_store_never_shows_a_half_written_file() {
     assert_eq!(names, ["f.bin"], "temporary files left behind");
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// Runs the simulation of `requests` requests with `merge` in a fresh
+/// directory, and removes it.
+fn simulate(
+    name: &str,
+    requests: usize,
+    merge: &pd_stitch::sim::MergeFn,
+) -> pd_stitch::sim::Summary {
+    let config = config(name, requests);
+    let summary = run(&config, merge, &|_, _| {}).unwrap();
+    std::fs::remove_dir_all(&config.dir).unwrap();
+    summary
+}
+
+/// The counts of `mode`: (stitched, equal to colocated, equal to others).
+fn counts(summary: &pd_stitch::sim::Summary, mode: Mode) -> (usize, usize, usize) {
+    let m = summary.modes.iter().find(|m| m.mode == mode).unwrap();
+    (m.stitched, m.equal_to_colocated, m.equal_to_others)
+}
+
+#[test]
+fn a_merge_that_says_it_did_nothing_is_not_counted_as_stitched() {
+    // Right rows, but Ok(false): a router would not forward them as stitched.
+    let summary = simulate("says-nothing", 6, &|p: &Value, d: &mut Value| {
+        pd_stitch::merge_routed_experts_for_pd(p, d).map(|_| false)
+    });
+    assert!(!summary.all_equal());
+    for mode in Mode::ALL {
+        assert_eq!(counts(&summary, mode), (0, 0, 6), "{mode:?}");
+    }
+}
+
+#[test]
+fn a_merge_wrong_in_one_form_leaves_no_form_equal_to_the_others() {
+    // Right inline, and no merge at all by handle.
+    let summary = simulate("one-form", 6, &|p: &Value, d: &mut Value| {
+        pd_stitch::merge_routed_experts_in_json(p, d)
+    });
+    assert_eq!(counts(&summary, Mode::ByHandle), (0, 0, 0));
+    assert_eq!(counts(&summary, Mode::Compact), (6, 6, 0));
+    assert_eq!(counts(&summary, Mode::Npy), (6, 6, 0));
+}
+
+#[test]
+fn rows_at_the_wrong_positions_or_too_few_are_reported_so() {
+    // Compact rows relabelled one position late.
+    let shifted = simulate("shifted", 4, &|p: &Value, d: &mut Value| {
+        let stitched = pd_stitch::merge_routed_experts_for_pd(p, d)?;
+        for choice in d["choices"].as_array_mut().unwrap() {
+            if let Some(rows) = choice
+                .get_mut("routed_experts")
+                .and_then(Value::as_object_mut)
+            {
+                if let Some(start) = rows.get("start").and_then(Value::as_u64) {
+                    rows.insert("start".into(), json!(start + 1));
+                }
+            }
+        }
+        Ok(stitched)
+    });
+    assert_eq!(counts(&shifted, Mode::Compact), (4, 0, 0));
+    assert!(shifted.mismatches.contains(
+        &"request 0 (inline compact) choice 0: rows start at position 1, not 0".to_owned()
+    ));
+    // Compact rows with the last row left out.
+    let short = simulate("short", 4, &|p: &Value, d: &mut Value| {
+        let stitched = pd_stitch::merge_routed_experts_for_pd(p, d)?;
+        for choice in d["choices"].as_array_mut().unwrap() {
+            if let Some(rows) = choice
+                .get_mut("routed_experts")
+                .and_then(Value::as_object_mut)
+            {
+                if rows.contains_key("start") {
+                    let seq = rows["shape"][0].as_u64().unwrap();
+                    let data = STANDARD.decode(rows["data"].as_str().unwrap()).unwrap();
+                    let keep = data.len() / seq as usize * (seq as usize - 1);
+                    rows.insert("data".into(), json!(STANDARD.encode(&data[..keep])));
+                    rows["shape"][0] = json!(seq - 1);
+                }
+            }
+        }
+        Ok(stitched)
+    });
+    let n = Request::draw(42, 0).rows();
+    assert!(
+        short.mismatches.contains(&format!(
+            "request 0 (inline compact) choice 0: {} rows gathered, {n} expected",
+            n - 1
+        )),
+        "{:#?}",
+        short.mismatches
+    );
+}
+
+#[test]
+fn every_request_runs_once_and_progress_counts_up() {
+    for concurrency in [0, 1, 3] {
+        let config = Config {
+            concurrency,
+            ..config(&format!("progress-{concurrency}"), 5)
+        };
+        let calls = std::sync::Mutex::new(Vec::new());
+        let summary = run(
+            &config,
+            &|p: &Value, d: &mut Value| pd_stitch::merge_routed_experts_for_pd(p, d),
+            &|done, total| calls.lock().unwrap().push((done, total)),
+        )
+        .unwrap();
+        assert!(summary.all_equal(), "{summary}");
+        assert_eq!(summary.requests, 5);
+        let choices: usize = (0..5).map(|i| Request::draw(42, i).choices).sum();
+        assert_eq!(summary.choices, choices);
+        let mut calls = calls.into_inner().unwrap();
+        calls.sort();
+        assert_eq!(calls, (1..=5).map(|d| (d, 5)).collect::<Vec<_>>());
+        for i in 0..5 {
+            for stem in ["by-handle", "compact", "npy"] {
+                let merged = config.dir.join(format!("req-{i:04}/{stem}.merged.json"));
+                assert!(merged.is_file(), "{}", merged.display());
+            }
+        }
+        std::fs::remove_dir_all(&config.dir).unwrap();
+    }
+}
+
+#[test]
+fn a_directory_that_cannot_be_written_is_an_error() {
+    let file = dir("not-a-dir");
+    std::fs::write(&file, b"a file").unwrap();
+    let config = Config {
+        dir: file.join("below"),
+        ..config("unused", 2)
+    };
+    let result = run(
+        &config,
+        &|p: &Value, d: &mut Value| pd_stitch::merge_routed_experts_for_pd(p, d),
+        &|_, _| {},
+    );
+    assert!(result.is_err());
+    std::fs::remove_file(&file).unwrap();
+}
