@@ -495,3 +495,71 @@ fn base64_encode(bytes: &[u8]) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
+
+/// The hostile extras a correct path must carry through: present on every
+/// decode choice when asked for (a trace key; by handle, a malformed
+/// non-stitched item at the start, in the middle or at the end of the
+/// payload, and a trailing null), and absent otherwise.
+#[test]
+fn hostile_extras_sit_everywhere_in_the_payload_and_only_when_asked_for() {
+    let mut runner = TestRunner::deterministic();
+    let mut places = [0; 3]; // first, between, last (before the null)
+    for hostile in [true, false] {
+        let strategy = cases(Knobs {
+            hostile,
+            ..Knobs::default()
+        });
+        for _ in 0..64 {
+            let case = strategy.new_tree(&mut runner).unwrap().current();
+            for (i, choice) in case.decode["choices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .enumerate()
+            {
+                let trace = choice.get("x-router-trace");
+                assert_eq!(
+                    trace,
+                    hostile.then(|| serde_json::json!({"hop": i})).as_ref()
+                );
+                let Some(payload) = choice["payload"].as_array() else {
+                    assert_ne!(case.mode, Mode::ByHandle);
+                    continue;
+                };
+                let at = payload
+                    .iter()
+                    .position(|x| x["field"] == "logprobs_by_handle");
+                assert_eq!(at.is_some(), hostile);
+                assert_eq!(payload.last() == Some(&Value::Null), hostile);
+                if let Some(at) = at {
+                    let place = if at == 0 {
+                        0
+                    } else if at + 2 == payload.len() {
+                        2
+                    } else {
+                        1
+                    };
+                    places[place] += 1;
+                }
+            }
+        }
+    }
+    assert!(places.iter().all(|&n| n > 0), "{places:?}");
+}
+
+/// `uint16` cases use expert ids above 255, the reason rows are that wide.
+#[test]
+fn uint16_cases_route_to_experts_above_255() {
+    let knobs = Knobs {
+        dtypes: vec![pd_stitch::Dtype::Uint16],
+        ..Knobs::default()
+    };
+    let mut runner = TestRunner::deterministic();
+    let strategy = cases(knobs);
+    let wide = (0..16).all(|_| {
+        let case = strategy.new_tree(&mut runner).unwrap().current();
+        let truth = case.truth(0);
+        truth.chunks(2).any(|e| e[1] > 0)
+    });
+    assert!(wide, "a uint16 case with every id below 256");
+}
