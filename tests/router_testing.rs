@@ -397,13 +397,18 @@ fn a_router_that_lists_segments_out_of_position_order_is_caught() {
         };
         reversed += 1;
         let message = result.expect_err("reversed segments").to_string();
-        assert!(
-            message.starts_with(&format!("choice {c}: payload[")),
-            "{message}"
-        );
-        assert!(
-            message.contains("segments out of position order"),
-            "{message}"
+        // Newest first: the decode's last segment, which ends where all rows
+        // end, then the one before it, the first to go back.
+        let prefix = routed_segments(&case.prefill["choices"][0]).len();
+        let (j, back) = routed_segments(&merged["choices"][c])[prefix + 1];
+        assert_eq!(
+            message,
+            format!(
+                "choice {c}: payload[{j}] (pos {}) comes after rows up to {}: segments out of \
+                 position order, so a trainer concatenating them misplaces rows",
+                back["pos"],
+                case.request().rows()
+            )
         );
     }
     assert!(
