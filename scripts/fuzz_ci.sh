@@ -17,9 +17,9 @@ cd "$(dirname "$0")/.."
 seconds=${1:-${FUZZ_CI_SECONDS:-30}}
 
 if ! cargo +nightly --version >/dev/null 2>&1; then
-    for out in /dev/stdout /dev/stderr; do
-        echo "FUZZING SKIPPED: no nightly toolchain (rustup toolchain install nightly); libFuzzer needs one" >"$out"
-    done
+    message="FUZZING SKIPPED: no nightly toolchain (rustup toolchain install nightly); libFuzzer needs one"
+    echo "$message"
+    echo "$message" >&2
     exit 0
 fi
 if ! command -v cargo-fuzz >/dev/null; then
