@@ -814,6 +814,26 @@ mod tests {
         assert_ne!(Request::draw(3, 0), Request::draw(4, 0));
     }
 
+    /// A seed is mixed into each request's stream without losing bits: no
+    /// two seeds draw the same request at an index, not even a seed made of
+    /// bits the index's own mixing already has (`seed | mix(..)` would make
+    /// `mix(i + 1)` and 0 draw alike).
+    #[test]
+    fn distinct_seeds_draw_distinct_requests_at_every_index() {
+        for index in 0..16 {
+            let seeds = [0, 1, mix(index as u64 + 1), u64::MAX];
+            for (a, &s) in seeds.iter().enumerate() {
+                for &t in &seeds[a + 1..] {
+                    assert_ne!(
+                        Request::draw(s, index).seed,
+                        Request::draw(t, index).seed,
+                        "seeds {s} and {t} at {index}"
+                    );
+                }
+            }
+        }
+    }
+
     /// The elements of a row, little-endian, as numbers.
     fn ids(request: &Request, row: &[u8]) -> Vec<u64> {
         row.chunks(request.dtype.itemsize() as usize)
