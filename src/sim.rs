@@ -873,6 +873,48 @@ mod tests {
         }
     }
 
+    /// Split points outside `(0, n)` are ignored: no empty segment at the
+    /// start or the end, none past the rows.
+    #[test]
+    fn split_points_outside_the_rows_are_ignored() {
+        let r = Request::draw(42, 0);
+        let rb = r.row_bytes() as u64;
+        let rows: Vec<u8> = (0..5 * rb).map(|b| b as u8).collect();
+        let spans = |splits: &[u64]| -> Vec<(u64, u64, u64)> {
+            let mut files = Files::default();
+            let segments = files.segments("f", &rows, 10, 5, splits, &r);
+            assert_eq!(files.contents, [("f".to_owned(), rows.clone())]);
+            segments
+                .iter()
+                .map(|s| {
+                    let n = |k: &str| s[k].as_u64().unwrap();
+                    (n("pos"), n("rows"), n("offset"))
+                })
+                .collect()
+        };
+        assert_eq!(spans(&[]), [(10, 5, 0)]);
+        assert_eq!(spans(&[2]), [(10, 2, 0), (12, 3, 2 * rb)]);
+        assert_eq!(spans(&[0, 2, 5, 7]), spans(&[2]));
+    }
+
+    /// Rows differ by position and by choice after the prompt whatever the
+    /// seed, even one with every bit set or none.
+    #[test]
+    fn rows_differ_by_position_and_choice_for_any_seed() {
+        for seed in [0, u64::MAX, Request::draw(9, 0).seed] {
+            let r = Request {
+                seed,
+                choices: 2,
+                prompt: 2,
+                completion: 3,
+                ..Request::draw(9, 0)
+            };
+            assert_ne!(r.truth_row(0, 0), r.truth_row(0, 1), "seed {seed}");
+            assert_ne!(r.truth_row(0, 2), r.truth_row(1, 2), "seed {seed}");
+            assert_ne!(r.truth_row(0, 2), r.truth_row(0, 3), "seed {seed}");
+        }
+    }
+
     #[test]
     fn the_report_reads_as_written() {
         let counts = |mode, n| ModeSummary {

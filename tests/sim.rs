@@ -363,3 +363,83 @@ fn a_directory_that_cannot_be_written_is_an_error() {
     assert!(result.is_err());
     std::fs::remove_file(&file).unwrap();
 }
+
+/// The files and responses the simulator writes are well formed beyond the
+/// routed rows: `check` finds nothing wrong in any response of any form
+/// (every segment's bytes in its file, the sampling mask covering the
+/// decode's positions `[P - 1, P + C - 1)` once), and the mask file holds
+/// bools, both values.
+#[test]
+fn every_response_passes_check_and_masks_are_bools() {
+    let config = config("check", 8);
+    let summary = run(
+        &config,
+        &|p: &Value, d: &mut Value| pd_stitch::merge_routed_experts_for_pd(p, d),
+        &|_, _| {},
+    )
+    .unwrap();
+    assert!(summary.all_equal(), "{summary}");
+    for i in 0..8 {
+        let request = Request::draw(42, i);
+        let at = |name: &str| config.dir.join(format!("req-{i:04}/{name}"));
+        for stem in ["by-handle", "compact", "npy"] {
+            let merged: Value =
+                serde_json::from_slice(&std::fs::read(at(&format!("{stem}.merged.json"))).unwrap())
+                    .unwrap();
+            let report = pd_stitch::gather::check(&merged, &config.dir);
+            assert!(report.is_ok(), "{stem} {i}: {report:#?}");
+            if stem == "by-handle" {
+                let masks: Vec<_> = report
+                    .fields
+                    .iter()
+                    .filter(|f| f.field == "sampling_mask")
+                    .collect();
+                assert_eq!(masks.len(), request.choices);
+                for mask in masks {
+                    assert_eq!(
+                        mask.coverage
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>(),
+                        [format!("[{}, {})", request.prompt - 1, request.rows())]
+                    );
+                }
+            }
+        }
+        let mask = std::fs::read(at("mask.bin")).unwrap();
+        assert!(
+            mask.iter().all(|&b| b <= 1),
+            "request {i}: mask bytes not bools"
+        );
+        assert!(mask.contains(&0) && mask.contains(&1), "request {i}");
+    }
+    std::fs::remove_dir_all(&config.dir).unwrap();
+}
+
+/// Where the decode's `sampling_mask` item sits among its routed segments:
+/// first, between two, and last all occur, as writers interleave them.
+#[test]
+fn sampling_masks_sit_first_between_and_last() {
+    let mut places = [0; 3];
+    for i in 0..40 {
+        let request = Request::draw(42, i);
+        let mut store = pd_stitch::gather::Store::memory();
+        let forms = request.write(&mut store).unwrap();
+        let (_, by_handle) = forms.iter().find(|(m, _)| *m == Mode::ByHandle).unwrap();
+        for choice in by_handle.decode["choices"].as_array().unwrap() {
+            let payload = choice["payload"].as_array().unwrap();
+            let at = payload
+                .iter()
+                .position(|s| s["field"] == "sampling_mask")
+                .unwrap();
+            places[if at == 0 {
+                0
+            } else if at + 1 == payload.len() {
+                2
+            } else {
+                1
+            }] += 1;
+        }
+    }
+    assert!(places.iter().all(|&n| n > 0), "{places:?}");
+}
