@@ -68,9 +68,11 @@ for target in "${targets[@]}"; do
         status=FAILED
         failed+=("$target")
     fi
-    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n1)
-    cov=$(grep -Eo 'cov: [0-9]+ ft: [0-9]+ corp: [0-9]+/[0-9]+[a-zA-Z]*' "$log" | tail -n1)
-    echo "fuzz $target: ${execs:-?} executions in ${seconds}s (${cov:-no coverage line}): $status"
+    # A crash while the seeds load leaves no stats and no coverage line: the
+    # searches may find nothing, which must not end the script here.
+    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n1 || true)
+    cov=$(grep -Eo 'cov: [0-9]+ ft: [0-9]+ corp: [0-9]+/[0-9]+[a-zA-Z]*' "$log" | tail -n1 || true)
+    echo "fuzz $target: ${execs:-?} executions, budget ${seconds}s (${cov:-no coverage line}): $status"
     if [ "$status" = FAILED ]; then
         echo "---- $target: the end of libFuzzer's log"
         tail -n 60 "$log"
