@@ -443,3 +443,31 @@ fn sampling_masks_sit_first_between_and_last() {
     }
     assert!(places.iter().all(|&n| n > 0), "{places:?}");
 }
+
+/// Each response's `sampling_mask` covers the positions that sampled a
+/// token: the last prompt position and every completion position but the
+/// last, `[P - 1, P + C - 1)`, for the colocated server and the decode; the
+/// last prompt position alone for the prefill, which samples one token.
+#[test]
+fn sampling_masks_cover_the_positions_that_sampled() {
+    for i in 0..12 {
+        let r = Request::draw(42, i);
+        let mut store = pd_stitch::gather::Store::memory();
+        let forms = r.write(&mut store).unwrap();
+        let (_, by_handle) = forms.iter().find(|(m, _)| *m == Mode::ByHandle).unwrap();
+        let masks = |response: &Value| -> Vec<(u64, u64)> {
+            response["choices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|c| c["payload"].as_array().unwrap().iter())
+                .filter(|s| s["field"] == "sampling_mask")
+                .map(|s| (s["pos"].as_u64().unwrap(), s["rows"].as_u64().unwrap()))
+                .collect()
+        };
+        let sampled = (r.prompt - 1, r.completion);
+        assert_eq!(masks(&by_handle.colocated), vec![sampled; r.choices], "{i}");
+        assert_eq!(masks(&by_handle.decode), vec![sampled; r.choices], "{i}");
+        assert_eq!(masks(&by_handle.prefill), [(r.prompt - 1, 1)], "{i}");
+    }
+}
