@@ -417,31 +417,46 @@ fn every_response_passes_check_and_masks_are_bools() {
 }
 
 /// Where the decode's `sampling_mask` item sits among its routed segments:
-/// first, between two, and last all occur, as writers interleave them.
+/// first, between two, and last all occur, as writers interleave them, and
+/// so for choice 0 alone (the only choice of many requests).
 #[test]
 fn sampling_masks_sit_first_between_and_last() {
     let mut places = [0; 3];
+    let mut places_of_choice_0 = [0; 3];
     for i in 0..40 {
         let request = Request::draw(42, i);
         let mut store = pd_stitch::gather::Store::memory();
         let forms = request.write(&mut store).unwrap();
         let (_, by_handle) = forms.iter().find(|(m, _)| *m == Mode::ByHandle).unwrap();
-        for choice in by_handle.decode["choices"].as_array().unwrap() {
+        for (c, choice) in by_handle.decode["choices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+        {
             let payload = choice["payload"].as_array().unwrap();
             let at = payload
                 .iter()
                 .position(|s| s["field"] == "sampling_mask")
                 .unwrap();
-            places[if at == 0 {
+            let place = if at == 0 {
                 0
             } else if at + 1 == payload.len() {
                 2
             } else {
                 1
-            }] += 1;
+            };
+            places[place] += 1;
+            if c == 0 {
+                places_of_choice_0[place] += 1;
+            }
         }
     }
     assert!(places.iter().all(|&n| n > 0), "{places:?}");
+    assert!(
+        places_of_choice_0.iter().all(|&n| n > 0),
+        "{places_of_choice_0:?}"
+    );
 }
 
 /// Each response's `sampling_mask` covers the positions that sampled a
