@@ -8,6 +8,9 @@ inputs that reach deep into the merge instead of rediscovering the format:
 - the committed pairs, tests/fixtures/pairs/*/ and examples/*/ (as written,
   and minified), and examples/broken/*.json as decodes of the seed prefill;
 - inline npy pairs from the NumPy-written files in tests/fixtures/npy/;
+- for the bytes entry point (bytes_merge_for_pd), every seed of
+  merge_routed_experts_for_pd, and variants of the seed example that are not
+  JSON or whose keys are repeated or escaped;
 - optionally, pairs rebuilt from a simulator run's merged responses: the
   prefill's segments or rows split off, and the decode given back its row for
   the last prompt position, as a decode instance writes it.
@@ -29,13 +32,16 @@ SEEDS = ROOT / "fuzz" / "seeds"
 BY_HANDLE = "merge_routed_payload_in_json"
 INLINE = "merge_routed_experts_in_json"
 FOR_PD = "merge_routed_experts_for_pd"
+# The bytes entry point: every seed of FOR_PD, plus texts that are not JSON
+# or that a byte-level reader could read differently from serde_json.
+BYTES = "bytes_merge_for_pd"
 # The simulator's requests with the smallest responses of `--seed 11`.
 SIM_REQUESTS = ["req-0006", "req-0017", "req-0019"]
 ITEMSIZE = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2,
             "float16": 2, "bfloat16": 2, "int32": 4, "uint32": 4,
             "float32": 4, "int64": 8, "uint64": 8, "float64": 8}
 
-seeds = {BY_HANDLE: {}, INLINE: {}, FOR_PD: {}}
+seeds = {BY_HANDLE: {}, INLINE: {}, FOR_PD: {}, BYTES: {}}
 
 
 def minify(value):
@@ -46,8 +52,53 @@ def add(targets, name, prefill, decode):
     """Add a pair (bytes or JSON values) to the targets' seeds."""
     if not isinstance(prefill, bytes):
         prefill, decode = minify(prefill), minify(decode)
+    if FOR_PD in targets:
+        targets = [*targets, BYTES]
     for target in targets:
         seeds[target][name] = prefill.rstrip() + b"\0" + decode.rstrip()
+
+
+def bytes_pairs():
+    """Inputs for the bytes entry point only, as raw bytes: each is a variant
+    of the seed example that is not JSON, or JSON whose bytes a scanner could
+    read otherwise than serde_json does."""
+    pair = ROOT / "tests" / "fixtures" / "pairs" / "seed"
+    p_text = (pair / "prefill.json").read_bytes().rstrip()
+    d_text = (pair / "decode.json").read_bytes().rstrip()
+    p, d = json.loads(p_text), json.loads(d_text)
+    raw = {
+        # Not JSON: trailing bytes, a truncated text, a byte that is not
+        # UTF-8 in a string, both sides broken, a second NUL in the decode,
+        # nesting beyond serde_json's 128 levels.
+        "not-json-decode-trailing": (p_text, d_text + b" x"),
+        "not-json-prefill-truncated": (p_text[: len(p_text) // 2], d_text),
+        "not-json-decode-not-utf8": (p_text, d_text.replace(b'"cmpl-seed"', b'"cmpl-\xff"', 1)),
+        "not-json-both": (p_text + b",", d_text[:-1]),
+        "not-json-decode-nul": (p_text, d_text + b"\0{}"),
+        "not-json-decode-deep": (p_text, b"[" * 200 + b"]" * 200),
+        # JSON: whitespace of every kind around the values, CRLF lines.
+        "json-whitespace": (b" \t\r\n" + p_text.replace(b"\n", b"\r\n") + b"\n ",
+                            b"\r\n" + d_text + b"\t"),
+    }
+    # JSON: a repeated key (serde_json keeps the last), and keys written with
+    # escapes (`\u0070ayload` is `payload`).
+    stale = minify(p["choices"][0]["payload"])
+    raw["json-repeated-payload-key"] = (
+        minify(p), minify(d).replace(b'"payload":', b'"payload":[],"payload":', 1))
+    raw["json-stale-repeated-payload-key"] = (
+        minify(p), minify(d).replace(b'"payload":', b'"payload":' + stale + b',"payload":', 1))
+    raw["json-escaped-keys"] = (
+        minify(p).replace(b'"payload"', b'"\\u0070ayload"'),
+        minify(d).replace(b'"payload"', b'"pay\\u006coad"').replace(b'"pos"', b'"p\\u006fs"'))
+    raw["json-escaped-field-value"] = (
+        minify(p), minify(d).replace(b'"routed_experts"', b'"routed\\u005fexperts"'))
+    # Nothing to stitch on either side: Ok(false), the decode kept as sent.
+    bare = json.loads(d_text)
+    for choice in bare["choices"]:
+        del choice["payload"]
+    raw["json-no-rows"] = (b'{"choices": [{"index": 0}]}', json.dumps(bare, indent=1).encode())
+    for name, (prefill, decode) in raw.items():
+        seeds[BYTES][f"bytes-{name}"] = prefill + b"\0" + decode
 
 
 def committed_pairs():
@@ -149,6 +200,7 @@ def simulated_pairs(run):
 def main():
     committed_pairs()
     npy_pairs()
+    bytes_pairs()
     if len(sys.argv) > 1:
         simulated_pairs(pathlib.Path(sys.argv[1]))
     for target, files in seeds.items():

@@ -29,6 +29,13 @@
 #   MUTANTS_TIMEOUT=60 scripts/mutants.sh -f src/gather.rs \
 #       -C --lib -C --test=cli -C --test=sim -C --test=router_testing \
 #       -C --test=resources -C --test=totality -C --test=router_http
+#   MUTANTS_TIMEOUT=120 scripts/mutants.sh --in-place -f src/testing.rs -C --test=router_testing
+#   MUTANTS_TIMEOUT=120 scripts/mutants.sh --in-place -f src/sim.rs \
+#       -C --lib -C --test=sim -C --test=router_testing -C --test=cli
+#
+# (sim.rs was run in two parts, the second from line 192 on, without
+# `-C --test=cli`, whose only simulator test is the command's; see
+# docs/VERIFICATION.md.)
 #
 # Add `--re REGEX` (or `-F REGEX`) to rerun only the mutants whose names match,
 # e.g. the survivors of a previous run after a test was added. For such a

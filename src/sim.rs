@@ -734,3 +734,289 @@ fn first_difference(request: &Request, start: u64, got: &[u8], expected: &[u8]) 
         ),
     }
 }
+
+/// The simulator's own parts, against references that are not this code:
+/// SplitMix64's published outputs, the bounds its draws promise, and reports
+/// written out by hand.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// SplitMix64 (Steele, Lea and Flood; Vigna's `splitmix64.c`): the first
+    /// outputs from state 0, and from state 1234567 as in the reference's
+    /// test vectors.
+    #[test]
+    fn rng_is_splitmix64() {
+        let mut rng = Rng(0);
+        let got: Vec<u64> = (0..3).map(|_| rng.next()).collect();
+        assert_eq!(
+            got,
+            [
+                0xe220_a839_7b1d_cdaf,
+                0x6e78_9e6a_a1b9_65f4,
+                0x06c4_5d18_8009_454f
+            ]
+        );
+        let mut rng = Rng(1_234_567);
+        let got: Vec<u64> = (0..5).map(|_| rng.next()).collect();
+        assert_eq!(
+            got,
+            [
+                6_457_827_717_110_365_317,
+                3_203_168_211_198_807_973,
+                9_817_491_932_198_370_423,
+                4_593_380_528_125_082_431,
+                16_408_922_859_458_223_821
+            ]
+        );
+    }
+
+    #[test]
+    fn range_stays_within_its_bounds_and_reaches_both() {
+        let mut rng = Rng(7);
+        for (lo, hi) in [(1, 1), (0, 1), (1, 4), (1, 160), (5, 6)] {
+            let draws: Vec<u64> = (0..2000).map(|_| rng.range(lo, hi)).collect();
+            assert!(draws.iter().all(|x| (lo..=hi).contains(x)), "{lo}..={hi}");
+            assert_eq!(draws.iter().min(), Some(&lo), "{lo}..={hi}");
+            assert_eq!(draws.iter().max(), Some(&hi), "{lo}..={hi}");
+        }
+    }
+
+    #[test]
+    fn splits_are_distinct_sorted_points_inside() {
+        let mut rng = Rng(11);
+        for len in [0, 1] {
+            assert!(splits(&mut rng, len, 3).is_empty());
+        }
+        for (len, most) in [(2, 2), (3, 3), (40, 3), (160, 2)] {
+            let mut counts = vec![0; most as usize + 1];
+            for _ in 0..500 {
+                let points = splits(&mut rng, len, most);
+                assert!(points.len() as u64 <= most, "{points:?}");
+                assert!(points.windows(2).all(|w| w[0] < w[1]), "{points:?}");
+                assert!(points.iter().all(|&p| 0 < p && p < len), "{points:?}");
+                counts[points.len()] += 1;
+            }
+            // Every count up to `most` the interior allows occurs.
+            let possible = most.min(len - 1) as usize;
+            assert!(
+                counts[..=possible].iter().all(|&n| n > 0),
+                "{len}: {counts:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn draws_cover_every_parameter_within_its_range() {
+        let requests: Vec<Request> = (0..600).map(|i| Request::draw(3, i)).collect();
+        let seen = |f: &dyn Fn(&Request) -> u64| {
+            let values: Vec<u64> = requests.iter().map(f).collect();
+            (values.iter().copied().min(), values.iter().copied().max())
+        };
+        assert_eq!(seen(&|r| r.prompt), (Some(1), Some(160)));
+        assert_eq!(seen(&|r| r.completion), (Some(1), Some(96)));
+        assert_eq!(seen(&|r| r.choices as u64), (Some(1), Some(4)));
+        for shape in [[4, 2], [8, 4], [16, 8], [48, 8]] {
+            assert!(requests.iter().any(|r| r.shape == shape), "{shape:?}");
+        }
+        for r in &requests {
+            assert_eq!(r.index, requests.iter().position(|q| q == r).unwrap());
+            let experts = match r.dtype {
+                Dtype::Uint8 => 256,
+                Dtype::Uint16 => 512,
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(r.experts, experts);
+            assert!(r.prefill_splits.len() <= 2);
+            assert!(r.prefill_splits.iter().all(|&s| 0 < s && s < r.prompt));
+            assert_eq!(r.preemptions.len(), r.choices);
+            for p in &r.preemptions {
+                assert!(p.len() <= 3 && p.iter().all(|&s| 0 < s && s < r.completion));
+            }
+        }
+        assert!(requests.iter().any(|r| r.dtype == Dtype::Uint8));
+        assert!(requests.iter().any(|r| r.dtype == Dtype::Uint16));
+        // Distinct indexes and seeds draw distinct requests.
+        assert_ne!(Request::draw(3, 0), Request::draw(3, 1));
+        assert_ne!(Request::draw(3, 0), Request::draw(4, 0));
+    }
+
+    /// A seed is mixed into each request's stream without losing bits: no
+    /// two seeds draw the same request at an index, not even a seed made of
+    /// bits the index's own mixing already has (`seed | mix(..)` would make
+    /// `mix(i + 1)` and 0 draw alike).
+    #[test]
+    fn distinct_seeds_draw_distinct_requests_at_every_index() {
+        for index in 0..16 {
+            let seeds = [0, 1, mix(index as u64 + 1), u64::MAX];
+            for (a, &s) in seeds.iter().enumerate() {
+                for &t in &seeds[a + 1..] {
+                    assert_ne!(
+                        Request::draw(s, index).seed,
+                        Request::draw(t, index).seed,
+                        "seeds {s} and {t} at {index}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// The elements of a row, little-endian, as numbers.
+    fn ids(request: &Request, row: &[u8]) -> Vec<u64> {
+        row.chunks(request.dtype.itemsize() as usize)
+            .map(|e| e.iter().rev().fold(0, |acc, &b| acc << 8 | u64::from(b)))
+            .collect()
+    }
+
+    #[test]
+    fn truth_rows_are_shared_by_the_prompt_and_wrong_rows_differ_everywhere() {
+        for index in 0..8 {
+            let r = Request::draw(5, index);
+            let elements = (r.shape[0] * r.shape[1]) as usize;
+            let mut wide = false;
+            for x in 0..r.rows() {
+                let truth = r.truth_row(0, x);
+                assert_eq!(truth.len(), r.row_bytes());
+                let t = ids(&r, &truth);
+                assert_eq!(t.len(), elements);
+                assert!(t.iter().all(|&id| id < r.experts));
+                wide |= t.iter().any(|&id| id > 255);
+                let wrong = ids(&r, &r.wrong_row(0, x));
+                for (a, b) in t.iter().zip(&wrong) {
+                    assert_eq!(*b, (a + 1) % r.experts);
+                }
+                for c in 1..r.choices {
+                    let other = r.truth_row(c, x);
+                    if x < r.prompt {
+                        assert_eq!(other, truth, "prompt rows are one for all choices");
+                    } else {
+                        assert_ne!(other, truth, "choice {c}, position {x}");
+                    }
+                }
+            }
+            assert_eq!(wide, r.dtype == Dtype::Uint16, "{r:?}");
+            let all: Vec<u8> = (0..r.rows()).flat_map(|x| r.truth_row(0, x)).collect();
+            assert_eq!(r.truth(0), all);
+        }
+    }
+
+    /// Split points outside `(0, n)` are ignored: no empty segment at the
+    /// start or the end, none past the rows.
+    #[test]
+    fn split_points_outside_the_rows_are_ignored() {
+        let r = Request::draw(42, 0);
+        let rb = r.row_bytes() as u64;
+        let rows: Vec<u8> = (0..5 * rb).map(|b| b as u8).collect();
+        let spans = |splits: &[u64]| -> Vec<(u64, u64, u64)> {
+            let mut files = Files::default();
+            let segments = files.segments("f", &rows, 10, 5, splits, &r);
+            assert_eq!(files.contents, [("f".to_owned(), rows.clone())]);
+            segments
+                .iter()
+                .map(|s| {
+                    let n = |k: &str| s[k].as_u64().unwrap();
+                    (n("pos"), n("rows"), n("offset"))
+                })
+                .collect()
+        };
+        assert_eq!(spans(&[]), [(10, 5, 0)]);
+        assert_eq!(spans(&[2]), [(10, 2, 0), (12, 3, 2 * rb)]);
+        assert_eq!(spans(&[0, 2, 5, 7]), spans(&[2]));
+    }
+
+    /// Rows differ by position and by choice after the prompt whatever the
+    /// seed, even one with every bit set or none.
+    #[test]
+    fn rows_differ_by_position_and_choice_for_any_seed() {
+        for seed in [0, u64::MAX, Request::draw(9, 0).seed] {
+            let r = Request {
+                seed,
+                choices: 2,
+                prompt: 2,
+                completion: 3,
+                ..Request::draw(9, 0)
+            };
+            assert_ne!(r.truth_row(0, 0), r.truth_row(0, 1), "seed {seed}");
+            assert_ne!(r.truth_row(0, 2), r.truth_row(1, 2), "seed {seed}");
+            assert_ne!(r.truth_row(0, 2), r.truth_row(0, 3), "seed {seed}");
+        }
+    }
+
+    #[test]
+    fn the_report_reads_as_written() {
+        let counts = |mode, n| ModeSummary {
+            mode,
+            stitched: n,
+            equal_to_colocated: n,
+            equal_to_others: n,
+        };
+        let mut summary = Summary {
+            requests: 3,
+            choices: 7,
+            modes: Mode::ALL.iter().map(|&m| counts(m, 3)).collect(),
+            mismatches: Vec::new(),
+        };
+        assert!(summary.all_equal());
+        let header = "3 requests, 7 choices\n\
+             mode              stitched    equal to colocated    equal to other modes\n\
+             by-handle              3/3                   3/3                     3/3\n\
+             inline compact         3/3                   3/3                     3/3\n\
+             inline npy             3/3                   3/3                     3/3\n";
+        assert_eq!(
+            summary.to_string(),
+            format!("{header}all 3 requests bitwise equal to the colocated truth in every mode")
+        );
+        for field in 0..4 {
+            let mut broken = Summary {
+                modes: summary.modes.clone(),
+                mismatches: Vec::new(),
+                ..summary
+            };
+            match field {
+                0 => broken.modes[1].stitched = 2,
+                1 => broken.modes[2].equal_to_colocated = 2,
+                2 => broken.modes[0].equal_to_others = 2,
+                _ => broken.mismatches = vec!["a".into(), "b".into()],
+            }
+            assert!(!broken.all_equal(), "{field}");
+            let end = if field == 3 {
+                "2 place(s)"
+            } else {
+                "1 place(s)"
+            };
+            assert!(broken.to_string().ends_with(&format!("MISMATCH in {end}")));
+        }
+        summary.mismatches.push("x".into());
+        assert!(!summary.all_equal());
+        assert_eq!(Mode::Compact.file_stem(), "compact");
+        assert_eq!(
+            Mode::ALL.map(Mode::file_stem),
+            ["by-handle", "compact", "npy"]
+        );
+        assert_eq!(
+            Mode::ALL.map(Mode::name),
+            ["by-handle", "inline compact", "inline npy"]
+        );
+    }
+
+    #[test]
+    fn first_difference_says_how_rows_differ() {
+        let r = Request::draw(1, 0);
+        let truth = r.truth(0);
+        let row = r.row_bytes();
+        assert_eq!(
+            first_difference(&r, 2, &truth, &truth),
+            "rows start at position 2, not 0"
+        );
+        let mut wrong = truth.clone();
+        wrong[row * (r.rows() as usize - 1)] ^= 1;
+        assert_eq!(
+            first_difference(&r, 0, &wrong, &truth),
+            format!("position {}: rows differ from the truth", r.rows() - 1)
+        );
+        assert_eq!(
+            first_difference(&r, 0, &truth[..truth.len() - row], &truth),
+            format!("{} rows gathered, {} expected", r.rows() - 1, r.rows())
+        );
+    }
+}

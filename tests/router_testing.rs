@@ -163,3 +163,408 @@ fn the_committed_fixtures_merge_or_fail_as_they_say() {
     }
     assert!(fixture("nope").is_none());
 }
+
+// Broken paths for the checks of `verify_stitched` the two above do not
+// reach: each is wrong in exactly one way, so each check (and each mutant of
+// src/testing.rs that weakens it) has a path that only it catches.
+
+/// Every choice's stitched `routed_experts` segments, with their indexes.
+fn routed_segments(choice: &Value) -> Vec<(usize, &Value)> {
+    choice["payload"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .filter(|(_, s)| s["field"] == "routed_experts")
+        .collect()
+}
+
+/// Broken: answers with the last choice dropped (a path that zips choices
+/// with a shorter list).
+fn router_dropping_the_last_choice(prefill: &Value, decode: Value) -> Value {
+    let mut merged = router(prefill, decode);
+    merged["choices"].as_array_mut().unwrap().pop();
+    merged
+}
+
+#[test]
+fn a_router_that_drops_a_choice_is_caught() {
+    let knobs = Knobs {
+        choices: 2..=4,
+        ..Knobs::default()
+    };
+    let caught = failures(knobs, 32, router_dropping_the_last_choice);
+    assert_eq!(caught.len(), 32);
+    for (case, message) in &caught {
+        let n = case.request().choices;
+        assert_eq!(
+            message,
+            &format!("choice 0: {} choices, expected {n}", n - 1)
+        );
+    }
+}
+
+/// Broken: loses the last row of every choice, by handle (the last routed
+/// segment one row shorter) and compact (the data one row shorter): rows
+/// that start right and are right as far as they go.
+fn router_losing_the_last_row(prefill: &Value, decode: Value) -> Value {
+    let mut merged = router(prefill, decode);
+    for choice in merged["choices"].as_array_mut().unwrap() {
+        let last = routed_segments(choice).last().map(|(j, _)| *j);
+        if let Some(j) = last {
+            let segment = &mut choice["payload"][j];
+            segment["rows"] = (segment["rows"].as_u64().unwrap() - 1).into();
+        }
+        if let Some(rows) = choice
+            .get_mut("routed_experts")
+            .and_then(Value::as_object_mut)
+        {
+            let seq = rows["shape"][0].as_u64().unwrap();
+            let data = base64_decode(rows["data"].as_str().unwrap());
+            let keep = data.len() / seq as usize * (seq as usize - 1);
+            rows["data"] = base64_encode(&data[..keep]).into();
+            rows["shape"][0] = (seq - 1).into();
+        }
+    }
+    merged
+}
+
+#[test]
+fn a_router_that_loses_the_last_row_is_caught() {
+    let knobs = Knobs {
+        modes: vec![Mode::ByHandle, Mode::Compact],
+        // The decode's rows reach past the cut, so the last segment is its.
+        completion: 2..=48,
+        ..Knobs::default()
+    };
+    let caught = failures(knobs, 64, router_losing_the_last_row);
+    assert_eq!(caught.len(), 64);
+    for (case, message) in &caught {
+        let n = case.request().rows();
+        assert_eq!(
+            message,
+            &format!(
+                "choice 0: rows cover positions [0, {}), expected [0, {n})",
+                n - 1
+            )
+        );
+    }
+}
+
+/// Broken: compact rows relabelled one position late (`start` + 1), the
+/// bytes untouched: as many rows as the truth, equal to it row by row, at
+/// the wrong positions.
+fn router_shifting_compact_rows(prefill: &Value, decode: Value) -> Value {
+    let mut merged = router(prefill, decode);
+    for choice in merged["choices"].as_array_mut().unwrap() {
+        let start = choice["routed_experts"]["start"].as_u64().unwrap();
+        choice["routed_experts"]["start"] = (start + 1).into();
+    }
+    merged
+}
+
+#[test]
+fn a_router_that_shifts_rows_by_one_position_is_caught() {
+    let knobs = Knobs {
+        modes: vec![Mode::Compact],
+        ..Knobs::default()
+    };
+    let caught = failures(knobs, 32, router_shifting_compact_rows);
+    assert_eq!(caught.len(), 32);
+    for (case, message) in &caught {
+        let n = case.request().rows();
+        assert_eq!(
+            message,
+            &format!(
+                "choice 0: rows cover positions [1, {}), expected [0, {n})",
+                n + 1
+            )
+        );
+    }
+}
+
+/// Broken: stitches with the prefill's last row left out, so the decode's
+/// own row for the last prompt position (which the decode instance computed
+/// without the prompt's routing) is delivered: the off-by-one of P/D
+/// stitching, on compact rows.
+fn router_cutting_one_early(prefill: &Value, decode: Value) -> Value {
+    let mut prefill = prefill.clone();
+    let rows = prefill["choices"][0]["routed_experts"]
+        .as_object_mut()
+        .unwrap();
+    let seq = rows["shape"][0].as_u64().unwrap();
+    let data = base64_decode(rows["data"].as_str().unwrap());
+    let keep = data.len() / seq as usize * (seq as usize - 1);
+    rows["data"] = base64_encode(&data[..keep]).into();
+    rows["shape"][0] = (seq - 1).into();
+    router(&prefill, decode)
+}
+
+#[test]
+fn a_router_that_cuts_one_position_early_is_caught_at_the_last_prompt_position() {
+    let knobs = Knobs {
+        modes: vec![Mode::Compact],
+        ..Knobs::default()
+    };
+    let caught = failures(knobs, 32, router_cutting_one_early);
+    assert_eq!(caught.len(), 32);
+    for (case, message) in &caught {
+        let last = case.request().prompt - 1;
+        assert_eq!(
+            message,
+            &format!(
+                "choice 0, position {last} (from inline routed_experts (compact)): \
+                 row differs from the truth; expected the prefill's row (a prompt position)"
+            )
+        );
+    }
+}
+
+/// Broken: drops the `sampling_mask` items (a path that keeps only the
+/// fields it knows).
+fn router_dropping_sampling_masks(prefill: &Value, decode: Value) -> Value {
+    let mut merged = router(prefill, decode);
+    for choice in merged["choices"].as_array_mut().unwrap() {
+        if let Some(payload) = choice.get_mut("payload").and_then(Value::as_array_mut) {
+            payload.retain(|s| s["field"] != "sampling_mask");
+        }
+    }
+    merged
+}
+
+#[test]
+fn a_router_that_drops_other_payload_items_is_caught() {
+    let knobs = Knobs {
+        modes: vec![Mode::ByHandle],
+        hostile: false,
+        ..Knobs::default()
+    };
+    let caught = failures(knobs, 32, router_dropping_sampling_masks);
+    assert_eq!(
+        caught.len(),
+        32,
+        "every simulated choice has a sampling mask"
+    );
+    for (_, message) in &caught {
+        assert_eq!(
+            message,
+            "choice 0: a payload item that is not routed_experts was lost, added or changed"
+        );
+    }
+}
+
+/// Broken: lists the decode's segments newest first (a path that appends
+/// each preemption's segment at the front). The rows are all there and a
+/// reader that sorts by `pos` would get them right; a trainer that
+/// concatenates in payload order would not.
+fn router_reversing_decode_segments(prefill: &Value, decode: Value) -> Value {
+    let mut merged = router(prefill, decode);
+    let prefix = routed_segments(&prefill["choices"][0]).len();
+    for choice in merged["choices"].as_array_mut().unwrap() {
+        let own: Vec<usize> = routed_segments(choice)
+            .into_iter()
+            .skip(prefix)
+            .map(|(j, _)| j)
+            .collect();
+        let segments: Vec<Value> = own.iter().map(|&j| choice["payload"][j].clone()).collect();
+        for (&j, segment) in own.iter().zip(segments.into_iter().rev()) {
+            choice["payload"][j] = segment;
+        }
+    }
+    merged
+}
+
+#[test]
+fn a_router_that_lists_segments_out_of_position_order_is_caught() {
+    let knobs = Knobs {
+        modes: vec![Mode::ByHandle],
+        ..Knobs::default()
+    };
+    let mut runner = TestRunner::deterministic();
+    let strategy = cases(knobs);
+    let mut reversed = 0;
+    for _ in 0..64 {
+        let case = strategy.new_tree(&mut runner).unwrap().current();
+        let merged = router_reversing_decode_segments(&case.prefill, case.decode.clone());
+        let correct = router(&case.prefill, case.decode.clone());
+        let changed: Vec<usize> = (0..case.request().choices)
+            .filter(|&c| merged["choices"][c] != correct["choices"][c])
+            .collect();
+        let result = verify_stitched(&case, &merged);
+        let Some(&c) = changed.first() else {
+            assert_eq!(result, Ok(()), "nothing was reversed");
+            continue;
+        };
+        reversed += 1;
+        let message = result.expect_err("reversed segments").to_string();
+        // Newest first: the decode's last segment, which ends where all rows
+        // end, then the one before it, the first to go back.
+        let prefix = routed_segments(&case.prefill["choices"][0]).len();
+        let (j, back) = routed_segments(&merged["choices"][c])[prefix + 1];
+        assert_eq!(
+            message,
+            format!(
+                "choice {c}: payload[{j}] (pos {}) comes after rows up to {}: segments out of \
+                 position order, so a trainer concatenating them misplaces rows",
+                back["pos"],
+                case.request().rows()
+            )
+        );
+    }
+    assert!(
+        reversed >= 32,
+        "only {reversed} of 64 cases had two decode segments"
+    );
+}
+
+/// Not broken: adds an empty `routed_experts` segment at the end of each
+/// payload, at position 0. It holds no row, so a trainer reading in payload
+/// order reads the same rows: `verify_stitched` must not flag it as out of
+/// order.
+fn router_adding_an_empty_segment(prefill: &Value, decode: Value) -> Value {
+    let mut merged = router(prefill, decode);
+    for choice in merged["choices"].as_array_mut().unwrap() {
+        let mut empty = routed_segments(choice)[0].1.clone();
+        empty["pos"] = 0.into();
+        empty["rows"] = 0.into();
+        choice["payload"].as_array_mut().unwrap().push(empty);
+    }
+    merged
+}
+
+#[test]
+fn an_empty_segment_out_of_order_is_not_flagged() {
+    let knobs = Knobs {
+        modes: vec![Mode::ByHandle],
+        ..Knobs::default()
+    };
+    assert!(failures(knobs, 32, router_adding_an_empty_segment).is_empty());
+}
+
+/// What a failure names for the wrong row: the choice's `routed_experts`
+/// segment holding it, found here by scanning the merged payload.
+fn segment_holding(choice: &Value, x: u64) -> String {
+    let (j, s) = routed_segments(choice)
+        .into_iter()
+        .find(|(_, s)| {
+            let pos = s["pos"].as_u64().unwrap();
+            (pos..pos + s["rows"].as_u64().unwrap()).contains(&x)
+        })
+        .expect("a segment holds every position");
+    format!(
+        "payload[{j}] (file {}, offset {}, pos {}, rows {})",
+        s["file"], s["offset"], s["pos"], s["rows"]
+    )
+}
+
+#[test]
+fn a_wrong_row_names_the_segment_or_form_it_came_from() {
+    let knobs = Knobs {
+        choices: 2..=4,
+        completion: 2..=48,
+        ..Knobs::default()
+    };
+    let mut runner = TestRunner::deterministic();
+    let strategy = cases(knobs);
+    let mut seen = [0; 3];
+    for _ in 0..64 {
+        let case = strategy.new_tree(&mut runner).unwrap().current();
+        let merged = router_copying_choice_0(&case.prefill, case.decode.clone());
+        let message = verify_stitched(&case, &merged).unwrap_err().to_string();
+        let position = case.request().prompt;
+        let from = match case.mode {
+            Mode::ByHandle => segment_holding(&merged["choices"][1], position),
+            Mode::Compact => "inline routed_experts (compact)".to_owned(),
+            Mode::Npy => "inline routed_experts (npy)".to_owned(),
+        };
+        assert_eq!(
+            message,
+            format!(
+                "choice 1, position {position} (from {from}): \
+                 row differs from the truth; expected the decode's row (a completion position)"
+            )
+        );
+        seen[Mode::ALL.iter().position(|&m| m == case.mode).unwrap()] += 1;
+    }
+    assert!(seen.iter().all(|&n| n > 0), "{seen:?}");
+}
+
+fn base64_decode(text: &str) -> Vec<u8> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .unwrap()
+}
+
+fn base64_encode(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// The hostile extras a correct path must carry through: present on every
+/// decode choice when asked for (a trace key; by handle, a malformed
+/// non-stitched item at the start, in the middle or at the end of the
+/// payload, and a trailing null), and absent otherwise.
+#[test]
+fn hostile_extras_sit_everywhere_in_the_payload_and_only_when_asked_for() {
+    let mut runner = TestRunner::deterministic();
+    let mut places = [0; 3]; // first, between, last (before the null)
+    for hostile in [true, false] {
+        let strategy = cases(Knobs {
+            hostile,
+            ..Knobs::default()
+        });
+        for _ in 0..64 {
+            let case = strategy.new_tree(&mut runner).unwrap().current();
+            for (i, choice) in case.decode["choices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .enumerate()
+            {
+                let trace = choice.get("x-router-trace");
+                assert_eq!(
+                    trace,
+                    hostile.then(|| serde_json::json!({"hop": i})).as_ref()
+                );
+                let Some(payload) = choice["payload"].as_array() else {
+                    assert_ne!(case.mode, Mode::ByHandle);
+                    continue;
+                };
+                let at = payload
+                    .iter()
+                    .position(|x| x["field"] == "logprobs_by_handle");
+                assert_eq!(at.is_some(), hostile);
+                assert_eq!(payload.last() == Some(&Value::Null), hostile);
+                if let Some(at) = at {
+                    let place = if at == 0 {
+                        0
+                    } else if at + 2 == payload.len() {
+                        2
+                    } else {
+                        1
+                    };
+                    places[place] += 1;
+                }
+            }
+        }
+    }
+    assert!(places.iter().all(|&n| n > 0), "{places:?}");
+}
+
+/// `uint16` cases use expert ids above 255, the reason rows are that wide.
+#[test]
+fn uint16_cases_route_to_experts_above_255() {
+    let knobs = Knobs {
+        dtypes: vec![pd_stitch::Dtype::Uint16],
+        ..Knobs::default()
+    };
+    let mut runner = TestRunner::deterministic();
+    let strategy = cases(knobs);
+    let wide = (0..16).all(|_| {
+        let case = strategy.new_tree(&mut runner).unwrap().current();
+        let truth = case.truth(0);
+        truth.chunks(2).any(|e| e[1] > 0)
+    });
+    assert!(wide, "a uint16 case with every id below 256");
+}

@@ -417,3 +417,267 @@ fn write_the_readme_heatmap() {
     assert_eq!(out.status.code(), Some(1));
     println!("request {index}\n{}", String::from_utf8_lossy(&out.stdout));
 }
+
+/// Runs the simulation of `requests` requests with `merge` in a fresh
+/// directory, and removes it.
+fn simulate(
+    name: &str,
+    requests: usize,
+    merge: &pd_stitch::sim::MergeFn,
+) -> pd_stitch::sim::Summary {
+    let config = config(name, requests);
+    let summary = run(&config, merge, &|_, _| {}).unwrap();
+    std::fs::remove_dir_all(&config.dir).unwrap();
+    summary
+}
+
+/// The counts of `mode`: (stitched, equal to colocated, equal to others).
+fn counts(summary: &pd_stitch::sim::Summary, mode: Mode) -> (usize, usize, usize) {
+    let m = summary.modes.iter().find(|m| m.mode == mode).unwrap();
+    (m.stitched, m.equal_to_colocated, m.equal_to_others)
+}
+
+#[test]
+fn a_merge_that_says_it_did_nothing_is_not_counted_as_stitched() {
+    // Right rows, but Ok(false): a router would not forward them as stitched.
+    let summary = simulate("says-nothing", 6, &|p: &Value, d: &mut Value| {
+        pd_stitch::merge_routed_experts_for_pd(p, d).map(|_| false)
+    });
+    assert!(!summary.all_equal());
+    for mode in Mode::ALL {
+        assert_eq!(counts(&summary, mode), (0, 0, 6), "{mode:?}");
+    }
+}
+
+#[test]
+fn a_merge_wrong_in_one_form_leaves_no_form_equal_to_the_others() {
+    // Right inline, and no merge at all by handle.
+    let summary = simulate("one-form", 6, &|p: &Value, d: &mut Value| {
+        pd_stitch::merge_routed_experts_in_json(p, d)
+    });
+    assert_eq!(counts(&summary, Mode::ByHandle), (0, 0, 0));
+    assert_eq!(counts(&summary, Mode::Compact), (6, 6, 0));
+    assert_eq!(counts(&summary, Mode::Npy), (6, 6, 0));
+}
+
+#[test]
+fn rows_at_the_wrong_positions_or_too_few_are_reported_so() {
+    // Compact rows relabelled one position late.
+    let shifted = simulate("shifted", 4, &|p: &Value, d: &mut Value| {
+        let stitched = pd_stitch::merge_routed_experts_for_pd(p, d)?;
+        for choice in d["choices"].as_array_mut().unwrap() {
+            if let Some(rows) = choice
+                .get_mut("routed_experts")
+                .and_then(Value::as_object_mut)
+            {
+                if let Some(start) = rows.get("start").and_then(Value::as_u64) {
+                    rows.insert("start".into(), json!(start + 1));
+                }
+            }
+        }
+        Ok(stitched)
+    });
+    assert_eq!(counts(&shifted, Mode::Compact), (4, 0, 0));
+    assert!(shifted.mismatches.contains(
+        &"request 0 (inline compact) choice 0: rows start at position 1, not 0".to_owned()
+    ));
+    // Compact rows with the last row left out.
+    let short = simulate("short", 4, &|p: &Value, d: &mut Value| {
+        let stitched = pd_stitch::merge_routed_experts_for_pd(p, d)?;
+        for choice in d["choices"].as_array_mut().unwrap() {
+            if let Some(rows) = choice
+                .get_mut("routed_experts")
+                .and_then(Value::as_object_mut)
+            {
+                if rows.contains_key("start") {
+                    let seq = rows["shape"][0].as_u64().unwrap();
+                    let data = STANDARD.decode(rows["data"].as_str().unwrap()).unwrap();
+                    let keep = data.len() / seq as usize * (seq as usize - 1);
+                    rows.insert("data".into(), json!(STANDARD.encode(&data[..keep])));
+                    rows["shape"][0] = json!(seq - 1);
+                }
+            }
+        }
+        Ok(stitched)
+    });
+    let n = Request::draw(42, 0).rows();
+    assert!(
+        short.mismatches.contains(&format!(
+            "request 0 (inline compact) choice 0: {} rows gathered, {n} expected",
+            n - 1
+        )),
+        "{:#?}",
+        short.mismatches
+    );
+}
+
+#[test]
+fn every_request_runs_once_and_progress_counts_up() {
+    for concurrency in [0, 1, 3] {
+        let config = Config {
+            concurrency,
+            ..config(&format!("progress-{concurrency}"), 5)
+        };
+        let calls = std::sync::Mutex::new(Vec::new());
+        let summary = run(
+            &config,
+            &|p: &Value, d: &mut Value| pd_stitch::merge_routed_experts_for_pd(p, d),
+            &|done, total| calls.lock().unwrap().push((done, total)),
+        )
+        .unwrap();
+        assert!(summary.all_equal(), "{summary}");
+        assert_eq!(summary.requests, 5);
+        let choices: usize = (0..5).map(|i| Request::draw(42, i).choices).sum();
+        assert_eq!(summary.choices, choices);
+        let mut calls = calls.into_inner().unwrap();
+        calls.sort();
+        assert_eq!(calls, (1..=5).map(|d| (d, 5)).collect::<Vec<_>>());
+        for i in 0..5 {
+            for stem in ["by-handle", "compact", "npy"] {
+                let merged = config.dir.join(format!("req-{i:04}/{stem}.merged.json"));
+                assert!(merged.is_file(), "{}", merged.display());
+            }
+        }
+        std::fs::remove_dir_all(&config.dir).unwrap();
+    }
+}
+
+#[test]
+fn a_directory_that_cannot_be_written_is_an_error() {
+    let file = dir("not-a-dir");
+    std::fs::write(&file, b"a file").unwrap();
+    let config = Config {
+        dir: file.join("below"),
+        ..config("unused", 2)
+    };
+    let result = run(
+        &config,
+        &|p: &Value, d: &mut Value| pd_stitch::merge_routed_experts_for_pd(p, d),
+        &|_, _| {},
+    );
+    assert!(result.is_err());
+    std::fs::remove_file(&file).unwrap();
+}
+
+/// The files and responses the simulator writes are well formed beyond the
+/// routed rows: `check` finds nothing wrong in any response of any form
+/// (every segment's bytes in its file, the sampling mask covering the
+/// decode's positions `[P - 1, P + C - 1)` once), and the mask file holds
+/// bools, both values.
+#[test]
+fn every_response_passes_check_and_masks_are_bools() {
+    let config = config("check", 8);
+    let summary = run(
+        &config,
+        &|p: &Value, d: &mut Value| pd_stitch::merge_routed_experts_for_pd(p, d),
+        &|_, _| {},
+    )
+    .unwrap();
+    assert!(summary.all_equal(), "{summary}");
+    for i in 0..8 {
+        let request = Request::draw(42, i);
+        let at = |name: &str| config.dir.join(format!("req-{i:04}/{name}"));
+        for stem in ["by-handle", "compact", "npy"] {
+            let merged: Value =
+                serde_json::from_slice(&std::fs::read(at(&format!("{stem}.merged.json"))).unwrap())
+                    .unwrap();
+            let report = pd_stitch::gather::check(&merged, &config.dir);
+            assert!(report.is_ok(), "{stem} {i}: {report:#?}");
+            if stem == "by-handle" {
+                let masks: Vec<_> = report
+                    .fields
+                    .iter()
+                    .filter(|f| f.field == "sampling_mask")
+                    .collect();
+                assert_eq!(masks.len(), request.choices);
+                for mask in masks {
+                    assert_eq!(
+                        mask.coverage
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>(),
+                        [format!("[{}, {})", request.prompt - 1, request.rows())]
+                    );
+                }
+            }
+        }
+        let mask = std::fs::read(at("mask.bin")).unwrap();
+        assert!(
+            mask.iter().all(|&b| b <= 1),
+            "request {i}: mask bytes not bools"
+        );
+        assert!(mask.contains(&0) && mask.contains(&1), "request {i}");
+    }
+    std::fs::remove_dir_all(&config.dir).unwrap();
+}
+
+/// Where the decode's `sampling_mask` item sits among its routed segments:
+/// first, between two, and last all occur, as writers interleave them, and
+/// so for choice 0 alone (the only choice of many requests).
+#[test]
+fn sampling_masks_sit_first_between_and_last() {
+    let mut places = [0; 3];
+    let mut places_of_choice_0 = [0; 3];
+    for i in 0..40 {
+        let request = Request::draw(42, i);
+        let mut store = pd_stitch::gather::Store::memory();
+        let forms = request.write(&mut store).unwrap();
+        let (_, by_handle) = forms.iter().find(|(m, _)| *m == Mode::ByHandle).unwrap();
+        for (c, choice) in by_handle.decode["choices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+        {
+            let payload = choice["payload"].as_array().unwrap();
+            let at = payload
+                .iter()
+                .position(|s| s["field"] == "sampling_mask")
+                .unwrap();
+            let place = if at == 0 {
+                0
+            } else if at + 1 == payload.len() {
+                2
+            } else {
+                1
+            };
+            places[place] += 1;
+            if c == 0 {
+                places_of_choice_0[place] += 1;
+            }
+        }
+    }
+    assert!(places.iter().all(|&n| n > 0), "{places:?}");
+    assert!(
+        places_of_choice_0.iter().all(|&n| n > 0),
+        "{places_of_choice_0:?}"
+    );
+}
+
+/// Each response's `sampling_mask` covers the positions that sampled a
+/// token: the last prompt position and every completion position but the
+/// last, `[P - 1, P + C - 1)`, for the colocated server and the decode; the
+/// last prompt position alone for the prefill, which samples one token.
+#[test]
+fn sampling_masks_cover_the_positions_that_sampled() {
+    for i in 0..12 {
+        let r = Request::draw(42, i);
+        let mut store = pd_stitch::gather::Store::memory();
+        let forms = r.write(&mut store).unwrap();
+        let (_, by_handle) = forms.iter().find(|(m, _)| *m == Mode::ByHandle).unwrap();
+        let masks = |response: &Value| -> Vec<(u64, u64)> {
+            response["choices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|c| c["payload"].as_array().unwrap().iter())
+                .filter(|s| s["field"] == "sampling_mask")
+                .map(|s| (s["pos"].as_u64().unwrap(), s["rows"].as_u64().unwrap()))
+                .collect()
+        };
+        let sampled = (r.prompt - 1, r.completion);
+        assert_eq!(masks(&by_handle.colocated), vec![sampled; r.choices], "{i}");
+        assert_eq!(masks(&by_handle.decode), vec![sampled; r.choices], "{i}");
+        assert_eq!(masks(&by_handle.prefill), [(r.prompt - 1, 1)], "{i}");
+    }
+}

@@ -578,6 +578,75 @@ fn check_npy(p: &str, d: &str, m: &Value, i: usize) {
     );
 }
 
+// -------------------------------------------------------------------- bytes
+
+/// A bytes entry point of pd-stitch (`pd_stitch::bytes`).
+pub type BytesMerge = fn(&[u8], &mut Vec<u8>) -> Result<bool, pd_stitch::Error>;
+
+/// Run the bytes entry point `bytes` on the input's two halves, as raw bytes,
+/// and hold it to the `Value` entry point `value` (SPEC B1-B4).
+///
+/// Unlike [`check`], every input with a NUL is used, parsed or not: what the
+/// bytes function does with text that is not JSON is part of its contract.
+/// The `Value` function's own laws are the other targets' business; here it
+/// is the oracle.
+pub fn check_bytes(data: &[u8], bytes: BytesMerge, value: Merge) {
+    let Some(nul) = data.iter().position(|&b| b == 0) else {
+        return;
+    };
+    let (prefill, decode) = (&data[..nul], &data[nul + 1..]);
+    let mut out = decode.to_vec();
+    let result = bytes(prefill, &mut out);
+    // B4: anything but Ok(true) leaves the decode's bytes as they were.
+    if !matches!(result, Ok(true)) {
+        assert!(
+            out == decode,
+            "B4: the bytes merge returned {result:?} but changed the decode's bytes"
+        );
+    }
+    let parsed_p = serde_json::from_slice::<Value>(prefill);
+    let parsed_d = serde_json::from_slice::<Value>(decode);
+    let (p, d) = match (parsed_p, parsed_d) {
+        (Ok(p), Ok(d)) => (p, d),
+        (p, d) => {
+            // B3: text serde_json refuses is refused as Error::Json, naming
+            // the side that does not parse (either one when both do not).
+            let Err(pd_stitch::Error::Json { side, .. }) = &result else {
+                panic!("B3: a side is not JSON but the bytes merge returned {result:?}");
+            };
+            let want = match (p.is_ok(), d.is_ok()) {
+                (false, true) => Some(pd_stitch::Side::Prefill),
+                (true, false) => Some(pd_stitch::Side::Decode),
+                _ => None,
+            };
+            assert!(
+                want.is_none_or(|w| w == *side),
+                "B3: Error::Json names the {side} response, but only the other does not parse"
+            );
+            return;
+        }
+    };
+    // B1: the same answer as the Value function on the parsed sides.
+    let mut merged = d;
+    let expected = value(&p, &mut merged);
+    match (&result, &expected) {
+        (Ok(a), Ok(b)) => assert!(a == b, "B1: bytes gave Ok({a}), Value gave Ok({b})"),
+        (Err(a), Err(b)) => assert!(
+            std::mem::discriminant(a) == std::mem::discriminant(b) && a.location() == b.location(),
+            "B1: bytes gave error {a:?}, Value gave {b:?}"
+        ),
+        _ => panic!("B1: bytes gave {result:?}, Value gave {expected:?}"),
+    }
+    // B1: on Ok(true), the new bytes are the Value function's decode.
+    if matches!(result, Ok(true)) {
+        let reread = serde_json::from_slice::<Value>(&out);
+        assert!(
+            reread.as_ref().is_ok_and(|v| *v == merged),
+            "B1: the merged decode bytes do not parse to the Value merge's decode ({reread:?})"
+        );
+    }
+}
+
 /// The checks pass on the seeds with the real merges, and fire on merges
 /// broken on purpose: `cargo +nightly test` in fuzz/ (no libFuzzer needed).
 #[cfg(test)]
@@ -708,6 +777,113 @@ mod tests {
             result
         };
         assert!(fires("merge_routed_experts_in_json", short, Kinds::INLINE));
+    }
+
+    const BYTES: &str = "bytes_merge_for_pd";
+
+    /// Whether `check_bytes` panics on some seed of the bytes target with
+    /// `bytes` held to the real `Value` function.
+    fn bytes_fires(bytes: BytesMerge) -> bool {
+        seeds(BYTES).iter().any(|(_, data)| {
+            catch_unwind(AssertUnwindSafe(|| {
+                check_bytes(data, bytes, pd_stitch::merge_routed_experts_for_pd)
+            }))
+            .is_err()
+        })
+    }
+
+    /// The bytes target's seeds pass, and reach every outcome: merges, no-ops,
+    /// errors of the merge and refusals of text that is not JSON.
+    #[test]
+    fn bytes_seeds_pass_and_reach_every_outcome() {
+        let [mut json, mut err, mut noop, mut merged] = [0; 4];
+        for (name, data) in seeds(BYTES) {
+            check_bytes(
+                &data,
+                pd_stitch::bytes::merge_routed_experts_for_pd,
+                pd_stitch::merge_routed_experts_for_pd,
+            );
+            let nul = data.iter().position(|&b| b == 0).expect(&name);
+            let mut decode = data[nul + 1..].to_vec();
+            match pd_stitch::bytes::merge_routed_experts_for_pd(&data[..nul], &mut decode) {
+                Err(pd_stitch::Error::Json { .. }) => json += 1,
+                Err(_) => err += 1,
+                Ok(false) => noop += 1,
+                Ok(true) => merged += 1,
+            }
+        }
+        assert!(
+            json >= 3 && err >= 1 && noop >= 1 && merged >= 6,
+            "{json} Json, {err} other Err, {noop} Ok(false), {merged} Ok(true)"
+        );
+    }
+
+    /// Each of B1, B3 and B4 fires on a bytes merge broken the way it forbids.
+    #[test]
+    fn broken_bytes_merges_are_caught() {
+        // The real one passes, so what follows is about the breaks.
+        assert!(!bytes_fires(pd_stitch::bytes::merge_routed_experts_for_pd));
+        // B4: an error that leaves the decode's bytes changed (trailing
+        // whitespace, which a Value comparison would not even see).
+        assert!(bytes_fires(|p, d| {
+            let result = pd_stitch::bytes::merge_routed_experts_for_pd(p, d);
+            if result.is_err() {
+                d.push(b' ');
+            }
+            result
+        }));
+        // B1: Ok(false) where the Value function merges.
+        assert!(bytes_fires(|p, d| {
+            let mut scratch = d.clone();
+            pd_stitch::bytes::merge_routed_experts_for_pd(p, &mut scratch).map(|_| false)
+        }));
+        // B1: the same variant at another place (the side flipped).
+        assert!(bytes_fires(|p, d| {
+            pd_stitch::bytes::merge_routed_experts_for_pd(p, d).map_err(|e| match e {
+                pd_stitch::Error::Coverage { cut, decode, .. } => pd_stitch::Error::Coverage {
+                    at: pd_stitch::Location::root(pd_stitch::Side::Prefill),
+                    cut,
+                    decode,
+                },
+                other => other,
+            })
+        }));
+        // B1: merged bytes that say something else (a key added to the decode).
+        assert!(bytes_fires(|p, d| {
+            let result = pd_stitch::bytes::merge_routed_experts_for_pd(p, d);
+            if result == Ok(true) {
+                let at = d.iter().position(|&b| b == b'{').unwrap();
+                d.splice(at + 1..at + 1, *b"\"merged\":1,");
+            }
+            result
+        }));
+        // B3: text that is not JSON accepted (trailing garbage cut off).
+        assert!(bytes_fires(|p, d| {
+            let end = |s: &[u8]| {
+                s.iter()
+                    .rposition(|&b| b == b'}')
+                    .map_or(s.len(), |i| i + 1)
+            };
+            let mut trimmed = d[..end(d)].to_vec();
+            let result = pd_stitch::bytes::merge_routed_experts_for_pd(&p[..end(p)], &mut trimmed);
+            if result == Ok(true) {
+                *d = trimmed;
+            }
+            result
+        }));
+        // B3: Error::Json naming the wrong side.
+        assert!(bytes_fires(|p, d| {
+            pd_stitch::bytes::merge_routed_experts_for_pd(p, d).map_err(|e| match e {
+                pd_stitch::Error::Json {
+                    offset, message, ..
+                } => pd_stitch::Error::Json {
+                    side: pd_stitch::Side::Decode,
+                    offset,
+                    message,
+                },
+                other => other,
+            })
+        }));
     }
 
     /// L2 and L1 are checked with these two; L9 being exact makes them
