@@ -30,7 +30,9 @@ use pd_stitch::gather::{self, GatherError, Store};
 use pd_stitch::{Error, Side, Stitcher};
 use pyo3::exceptions::{PyNotImplementedError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{
+    PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple,
+};
 use serde_json::{Map, Number, Value};
 
 pyo3::create_exception!(
@@ -81,7 +83,12 @@ fn stitch_error(py: Python<'_>, err: &Error) -> PyErr {
         Error::Json { .. } => None,
         other => Some(other.location().to_string()),
     };
-    raise(py, err.to_string(), variant_name(&format!("{err:?}")), location)
+    raise(
+        py,
+        err.to_string(),
+        variant_name(&format!("{err:?}")),
+        location,
+    )
 }
 
 fn gather_error(py: Python<'_>, err: &GatherError) -> PyErr {
@@ -95,7 +102,12 @@ fn gather_error(py: Python<'_>, err: &GatherError) -> PyErr {
             variant_name(&format!("{err:?}")),
             Some(at.to_string()),
         ),
-        other => raise(py, other.to_string(), variant_name(&format!("{other:?}")), None),
+        other => raise(
+            py,
+            other.to_string(),
+            variant_name(&format!("{other:?}")),
+            None,
+        ),
     }
 }
 
@@ -118,7 +130,9 @@ fn body<'a>(obj: &'a Bound<'_, PyAny>, name: &str) -> PyResult<Body<'a>> {
     } else if let Ok(array) = obj.cast::<PyByteArray>() {
         Ok(Body::Text(Cow::Owned(array.to_vec())))
     } else if let Ok(text) = obj.cast::<PyString>() {
-        Ok(Body::Text(Cow::Owned(text.to_cow()?.into_owned().into_bytes())))
+        Ok(Body::Text(Cow::Owned(
+            text.to_cow()?.into_owned().into_bytes(),
+        )))
     } else if obj.is_instance_of::<PyDict>() {
         Ok(Body::Dict)
     } else {
@@ -213,9 +227,9 @@ fn to_value(obj: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
     if let Ok(dict) = obj.cast::<PyDict>() {
         let mut out = Map::new();
         for (key, value) in dict.iter() {
-            let key = key.cast::<PyString>().map_err(|_| {
-                PyTypeError::new_err("keys of a response's objects must be str")
-            })?;
+            let key = key
+                .cast::<PyString>()
+                .map_err(|_| PyTypeError::new_err("keys of a response's objects must be str"))?;
             out.insert(key.to_cow()?.into_owned(), to_value(&value, depth + 1)?);
         }
         return Ok(Value::Object(out));
@@ -319,14 +333,16 @@ fn merged_dict<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let original = original.cast::<PyDict>()?;
     let out = original.copy()?;
-    let (Some(old), Some(Value::Array(new))) = (original.get_item("choices")?, merged.get("choices"))
+    let (Some(old), Some(Value::Array(new))) =
+        (original.get_item("choices")?, merged.get("choices"))
     else {
         return Ok(out.into_any());
     };
     let old = old.cast::<PyList>()?;
     let choices = PyList::empty(py);
     for (choice, merged_choice) in old.iter().zip(new) {
-        let (Ok(choice), Some(fields)) = (choice.cast::<PyDict>(), merged_choice.as_object()) else {
+        let (Ok(choice), Some(fields)) = (choice.cast::<PyDict>(), merged_choice.as_object())
+        else {
             choices.append(choice)?;
             continue;
         };
@@ -435,7 +451,8 @@ fn merge<'py>(
                 return Ok(decode.clone());
             }
             if decode.is_instance_of::<PyString>() {
-                let text = String::from_utf8(out).map_err(|e| PyValueError::new_err(e.to_string()))?;
+                let text =
+                    String::from_utf8(out).map_err(|e| PyValueError::new_err(e.to_string()))?;
                 Ok(PyString::new(py, &text).into_any())
             } else {
                 Ok(PyBytes::new(py, &out).into_any())
@@ -446,9 +463,15 @@ fn merge<'py>(
             let mut decode_value = skeleton(decode)?;
             let merged = py
                 .detach(|| match kind {
-                    Kind::ForPd => stitcher.merge_routed_experts_for_pd(&prefill_value, &mut decode_value),
-                    Kind::Payload => stitcher.merge_routed_payload_in_json(&prefill_value, &mut decode_value),
-                    Kind::Inline => stitcher.merge_routed_experts_in_json(&prefill_value, &mut decode_value),
+                    Kind::ForPd => {
+                        stitcher.merge_routed_experts_for_pd(&prefill_value, &mut decode_value)
+                    }
+                    Kind::Payload => {
+                        stitcher.merge_routed_payload_in_json(&prefill_value, &mut decode_value)
+                    }
+                    Kind::Inline => {
+                        stitcher.merge_routed_experts_in_json(&prefill_value, &mut decode_value)
+                    }
                 })
                 .map_err(|e| stitch_error(py, &e))?;
             if merged {
@@ -570,12 +593,16 @@ fn gather_rows<'py>(
         .getattr("dtype")?
         .call1((dtype.as_str(),))
         .map_err(|_| {
-            PyTypeError::new_err(format!("NumPy has no dtype {dtype} (import ml_dtypes for bfloat16)"))
+            PyTypeError::new_err(format!(
+                "NumPy has no dtype {dtype} (import ml_dtypes for bfloat16)"
+            ))
         })?
         .call_method1("newbyteorder", ("<",))?;
     // The bytes read become the array's buffer: no copy.
     let bytes = PyArray1::<u8>::from_vec(py, rows.into_data());
-    let array = bytes.call_method1("view", (np_dtype,))?.call_method1("reshape", (shape,))?;
+    let array = bytes
+        .call_method1("view", (np_dtype,))?
+        .call_method1("reshape", (shape,))?;
     Ok((start, array))
 }
 

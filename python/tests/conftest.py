@@ -29,12 +29,12 @@ def cargo_binary(env, name, build_args):
 
 @pytest.fixture(scope="session")
 def pd_stitch_cli():
-    return cargo_binary("PD_STITCH_CLI", "pd-stitch", ["--bin", "pd-stitch", "--features", "cli"])
+    return cargo_binary("PD_STITCH_CLI", "pd-stitch", ["--bin", "pd-stitch", "--all-features"])
 
 
 @pytest.fixture(scope="session")
 def mock_vllm():
-    return cargo_binary("PD_STITCH_MOCK_VLLM", "examples/mock_vllm", ["--example", "mock_vllm", "--features", "cli"])
+    return cargo_binary("PD_STITCH_MOCK_VLLM", "examples/mock_vllm", ["--example", "mock_vllm", "--all-features"])
 
 
 def pair(name):
