@@ -8,7 +8,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-venv="${PD_STITCH_PY_VENV:-$(mktemp -d)/venv}"
+if [ -n "${PD_STITCH_PY_VENV:-}" ]; then
+    venv="$PD_STITCH_PY_VENV"
+else
+    scratch="$(mktemp -d)"
+    trap 'rm -rf "$scratch"' EXIT
+    venv="$scratch/venv"
+fi
 echo "== python/ci.sh: venv $venv (at ${SECONDS}s)"
 python3 -m venv "$venv"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r python/requirements-test.txt
