@@ -55,6 +55,26 @@ def compare_merge(name, p, d, iterations):
     return pure / rust
 
 
+def compare_dict_paths(name, p, d, iterations):
+    """Dicts in, dict out: the binding's skeleton conversion (only choices,
+    payload and routed_experts cross into Rust) against the other way to
+    do it, json.dumps both, the bytes merge, json.loads the result."""
+    def via_text(prefill, decode):
+        return json.loads(pd_stitch.merge_routed_experts_for_pd(json.dumps(prefill), json.dumps(decode)))
+
+    fresh = lambda: (json.loads(p), json.loads(d))
+    a, b = fresh()
+    assert stitched_values(json.dumps(pd_stitch.merge_routed_experts_for_pd(a, b))) == \
+        stitched_values(json.dumps(via_text(a, b)))
+    skeleton, text = [], []
+    for _ in range(iterations):
+        skeleton.append(median_time(pd_stitch.merge_routed_experts_for_pd, fresh, 1))
+        text.append(median_time(via_text, fresh, 1))
+    skeleton, text = statistics.median(skeleton), statistics.median(text)
+    print(f"{'dicts, ' + name:<44} {'':>12}  via JSON text {text * 1e3:>7.2f} ms  "
+          f"skeleton {skeleton * 1e3:>8.3f} ms  ratio {text / skeleton:>7.1f}x", flush=True)
+
+
 def numpy_gather(response, choice, root):
     parts = []
     for s in response["choices"][choice]["payload"]:
@@ -114,6 +134,9 @@ def main():
         compare_merge("inline compact, prompt 1k, decode 2k", *compact_pair(1024, 2048), n)
     else:
         compare_merge("inline compact, prompt 16k, decode 32k", *compact_pair(), max(n // 4, 5))
+    compare_dict_paths("by handle, 8 x 32", *by_handle_pair(8, 32), n)
+    compare_dict_paths("inline compact, 1k/2k" if quick else "inline compact, 16k/32k",
+                       *(compact_pair(1024, 2048) if quick else compact_pair()), 5 if quick else 11)
     compare_gather(n)
 
 

@@ -67,11 +67,16 @@ def pure_merge(prefill, decode, fields=("routed_experts",)):
     return json.dumps(d, separators=(",", ":")).encode() if changed else decode
 
 
+def compact(value):
+    """JSON as servers send it (Starlette's JSONResponse, serde_json): no spaces."""
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
 def by_handle_pair(choices=8, segments=32, divisor=997.0):
     """Issue 14's by-handle workload: a 4,096-token prompt in one prefill
     segment; `choices` decode choices of 1,024 positions from the last prompt
     position in `segments` segments, each with 1,024 token ids and float
-    logprobs (126 KB of decode JSON at 8 x 32). A power-of-two `divisor` makes
+    logprobs (232 KB of decode JSON at 8 x 32). A power-of-two `divisor` makes
     every logprob exact in binary, so that a JSON reader's rounding cannot
     differ from Python's."""
     prompt = 4096
@@ -93,7 +98,7 @@ def by_handle_pair(choices=8, segments=32, divisor=997.0):
                     "logprobs": [-t / divisor for t in range(1024)], "finish_reason": "length",
                     "payload": payload})
     decode = {"id": "cmpl-d", "object": "text_completion", "choices": out}
-    return json.dumps(prefill).encode(), json.dumps(decode).encode()
+    return compact(prefill), compact(decode)
 
 
 def compact_pair(prompt=16 * 1024, positions=32 * 1024, layers=48, topk=8, seed=1):
@@ -110,7 +115,7 @@ def compact_pair(prompt=16 * 1024, positions=32 * 1024, layers=48, topk=8, seed=
     decode = {"choices": [{"index": 0, "routed_experts": {"data": base64.b64encode(d_rows).decode(),
                                                           "shape": [positions, layers, topk],
                                                           "start": prompt - 1, "dtype": "uint8"}}]}
-    return json.dumps(prefill).encode(), json.dumps(decode).encode()
+    return compact(prefill), compact(decode)
 
 
 def stitched_values(body):
