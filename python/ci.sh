@@ -29,5 +29,11 @@ if [ "$status" -eq 5 ]; then
     echo "python/ci.sh: pytest collected no tests" >&2
     exit 1
 fi
-echo "== python/ci.sh done in ${SECONDS}s (pytest exit $status)"
+[ "$status" -eq 0 ] || exit "$status"
+
+# The benchmark still runs and still compares equal outputs (small inputs,
+# few runs: its figures here mean nothing).
+echo "== python/benches/bench.py --quick (at ${SECONDS}s)"
+(cd python && "$venv/bin/python" benches/bench.py --quick)
+echo "== python/ci.sh done in ${SECONDS}s"
 exit "$status"
