@@ -183,3 +183,15 @@ def test_check_reports_each_field_and_its_problems():
 
     report = pd_stitch.check({"choices": 3})
     assert report == [dict(report[0], choice=None, field=None, ok=False)] and report[0]["problems"]
+
+
+def test_gather_hands_the_bytes_read_to_numpy_without_a_copy():
+    merged = pd_stitch.merge_routed_experts_for_pd(*pair("seed"))
+    _, rows = pd_stitch.gather(merged, 1, root=PAIRS / "seed")
+    assert not rows.flags.owndata
+    # Down the chain of views: the Rust buffer the rows were read into, not a
+    # NumPy array or a bytes object that would mean one more copy.
+    base = rows
+    while isinstance(base, np.ndarray):
+        base = base.base
+    assert type(base).__name__ == "PySliceContainer", type(base)
