@@ -5,6 +5,7 @@ truth's rows as the Rust crate stitches them, in every form."""
 import asyncio
 import json
 import re
+import select
 import subprocess
 
 import aiohttp
@@ -25,6 +26,11 @@ class Mock:
         self.process = subprocess.Popen(
             [str(binary), "--role", role, "--listen", "127.0.0.1:0", "--dir", str(root), "--fault", fault],
             stdout=subprocess.PIPE, text=True)
+        # The mock prints its address first; wait for it a bounded time.
+        ready, _, _ = select.select([self.process.stdout], [], [], 60)
+        if not ready:
+            self.process.kill()
+            raise AssertionError("the mock did not start within 60 s")
         line = self.process.stdout.readline()
         found = re.search(r"http://127\.0\.0\.1:\d+", line)
         assert found, f"the mock said {line!r}"
