@@ -65,6 +65,12 @@ impl Gathered {
         &self.data
     }
 
+    /// The rows' bytes, taken out without a copy (the Python binding hands
+    /// them to NumPy as they are).
+    pub fn into_data(self) -> Vec<u8> {
+        self.data
+    }
+
     /// Where the rows came from.
     pub fn source(&self) -> Source {
         self.source

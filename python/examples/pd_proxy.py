@@ -1,0 +1,199 @@
+"""A P/D proxy in Python that stitches routed experts with `pd_stitch`.
+
+It does what examples/pd_router.rs does. `POST /inference/v1/generate`:
+
+1. asks the prefill backend for one token (`sampling_params.max_tokens = 1`,
+   `min_tokens` at most 1, `stream: false`);
+2. sends the client's request to the decode backend, with the prefill's
+   `kv_transfer_params` when it returned any;
+3. stitches the two bodies with `pd_stitch.merge_routed_experts_for_pd`, bytes
+   in and bytes out (the GIL is released during the merge, and the merge runs
+   on a worker thread, so the event loop keeps serving other requests), and
+   returns the merged body.
+
+A streamed request whose prefill carries routed experts is a 400 (the two
+streams cannot be stitched); otherwise the decode's stream is passed through.
+A `StitchError` is a 502 whose body names it (kind, location, message); a
+failing backend is a 502, one slower than `--timeout` a 504, and a 4xx of a
+backend is passed on.
+
+Built on aiohttp: one maintained package that is both the server and the
+client, on one event loop, with streaming both ways and per-request timeouts;
+Starlette/uvicorn would need a third package (httpx) for the client side.
+
+    python examples/pd_proxy.py --prefill http://127.0.0.1:8001 \
+        --decode http://127.0.0.1:8002 --listen 127.0.0.1:8000
+"""
+import argparse
+import asyncio
+import json
+
+import aiohttp
+from aiohttp import web
+
+import pd_stitch
+
+GENERATE = "/inference/v1/generate"
+
+
+class Failure(Exception):
+    """An answer other than the merged body: a status and a JSON error."""
+
+    def __init__(self, status, error_type, message, **extra):
+        super().__init__(message)
+        self.status, self.error_type, self.message, self.extra = status, error_type, message, extra
+
+    def response(self):
+        error = {"code": self.status, "type": self.error_type, "message": self.message, **self.extra}
+        return web.json_response({"error": error}, status=self.status)
+
+
+def prefill_request(request):
+    """The client's request asking for exactly one token, without a stream."""
+    if not isinstance(request, dict):
+        raise Failure(400, "invalid_request", "the request body must be a JSON object")
+    prefill = dict(request, stream=False)
+    params = prefill.get("sampling_params", {})
+    if not isinstance(params, dict):
+        raise Failure(400, "invalid_request", "sampling_params must be a JSON object")
+    params = dict(params, max_tokens=1)
+    minimum = params.get("min_tokens")
+    if "min_tokens" in params and not (isinstance(minimum, int) and 0 <= minimum <= 1):
+        params["min_tokens"] = 1
+    prefill["sampling_params"] = params
+    return prefill
+
+
+def decode_request(request, kv_transfer_params):
+    """The client's request, with the prefill's kv_transfer_params."""
+    if kv_transfer_params is None:
+        return request
+    return dict(request, kv_transfer_params=kv_transfer_params)
+
+
+class Proxy:
+    def __init__(self, prefill, decode, timeout):
+        self.backends = {"prefill": prefill.rstrip("/"), "decode": decode.rstrip("/")}
+        self.timeout = timeout
+        self.session = None
+
+    async def start(self, app):
+        self.session = aiohttp.ClientSession()
+
+    async def stop(self, app):
+        await self.session.close()
+
+    async def send(self, backend, body, deadline=True):
+        """POSTs `body` to `backend`; the response when it succeeded. With
+        `deadline` the whole answer must come within the timeout (the caller
+        reads it inside `read`); without, each read must."""
+        timeout = aiohttp.ClientTimeout(total=self.timeout) if deadline else \
+            aiohttp.ClientTimeout(total=None, sock_read=self.timeout, sock_connect=self.timeout)
+        try:
+            response = await self.session.post(
+                self.backends[backend] + GENERATE, data=json.dumps(body).encode(),
+                headers={"content-type": "application/json"}, timeout=timeout)
+        except asyncio.TimeoutError:
+            raise Failure(504, "backend_timeout", f"the {backend} backend did not answer within {self.timeout} s")
+        except aiohttp.ClientError as e:
+            raise Failure(502, "backend_error", f"the {backend} backend failed: {e!r}")
+        if response.status >= 300:
+            text = (await response.read())[:300].decode("utf-8", "replace")
+            response.release()
+            message = f"the {backend} backend answered {response.status}: {text}"
+            if 400 <= response.status < 500:
+                raise Failure(response.status, "invalid_request", message)
+            raise Failure(502, "backend_error", message)
+        return response
+
+    async def read(self, backend, body):
+        """The whole body of a successful answer of `backend`, as bytes."""
+        response = await self.send(backend, body)
+        try:
+            return await response.read()
+        except asyncio.TimeoutError:
+            raise Failure(504, "backend_timeout", f"the {backend} backend did not answer within {self.timeout} s")
+        except aiohttp.ClientError as e:
+            raise Failure(502, "backend_error", f"the {backend} backend failed: {e!r}")
+        finally:
+            response.release()
+
+    async def generate(self, request):
+        try:
+            return await self.stitched(request)
+        except Failure as failure:
+            return failure.response()
+
+    async def stitched(self, http_request):
+        try:
+            request = json.loads(await http_request.read())
+        except ValueError as e:
+            raise Failure(400, "invalid_request", f"the request body is not JSON: {e}")
+        prefill_body = prefill_request(request)
+        stream = request.get("stream") is True
+
+        prefill = await self.read("prefill", prefill_body)
+        try:
+            # Only kv_transfer_params is needed from the prefill as objects;
+            # the stitch itself works on the bytes.
+            kv_transfer_params = json.loads(prefill).get("kv_transfer_params")
+        except (ValueError, AttributeError) as e:
+            raise Failure(502, "backend_error", f"the prefill backend's response is not a JSON object: {e}")
+
+        if stream:
+            if pd_stitch.prefill_has_routed_experts(prefill):
+                raise Failure(400, "invalid_request",
+                              "a streamed request cannot carry routed experts under P/D: the prefill's rows "
+                              "are stitched into one complete response; send it with \"stream\": false")
+            return await self.pass_through(http_request, decode_request(request, kv_transfer_params))
+
+        decode = await self.read("decode", decode_request(request, kv_transfer_params))
+        try:
+            # On a worker thread: the merge releases the GIL, so a large inline
+            # merge does not stall the event loop.
+            merged = await asyncio.get_running_loop().run_in_executor(
+                None, pd_stitch.merge_routed_experts_for_pd, prefill, decode)
+        except pd_stitch.StitchError as e:
+            raise Failure(502, "stitch_error",
+                          f"cannot stitch the prefill's and the decode's responses: {e}",
+                          kind=e.kind, location=e.location)
+        return web.Response(body=merged, content_type="application/json")
+
+    async def pass_through(self, http_request, body):
+        response = await self.send("decode", body, deadline=False)
+        out = web.StreamResponse(status=response.status)
+        if "content-type" in response.headers:
+            out.headers["content-type"] = response.headers["content-type"]
+        await out.prepare(http_request)
+        try:
+            async for chunk in response.content.iter_any():
+                await out.write(chunk)
+        finally:
+            response.release()
+        await out.write_eof()
+        return out
+
+
+def app(prefill, decode, timeout=30.0):
+    proxy = Proxy(prefill, decode, timeout)
+    application = web.Application(client_max_size=1 << 30)
+    application.router.add_post(GENERATE, proxy.generate)
+    application.on_startup.append(proxy.start)
+    application.on_cleanup.append(proxy.stop)
+    return application
+
+
+def main():
+    parser = argparse.ArgumentParser(description="A P/D proxy stitching routed experts.")
+    parser.add_argument("--prefill", required=True, help="the prefill backend's base URL")
+    parser.add_argument("--decode", required=True, help="the decode backend's base URL")
+    parser.add_argument("--listen", default="127.0.0.1:8000", help="HOST:PORT (port 0: any free port)")
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds a backend may take")
+    args = parser.parse_args()
+    host, _, port = args.listen.rpartition(":")
+    web.run_app(app(args.prefill, args.decode, args.timeout), host=host, port=int(port),
+                print=lambda line: print(line, flush=True))
+
+
+if __name__ == "__main__":
+    main()

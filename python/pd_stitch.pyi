@@ -1,0 +1,76 @@
+"""Type stubs of the `pd_stitch` extension module (built from python/src/lib.rs)."""
+
+from os import PathLike
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar, Union
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+
+_Body = TypeVar("_Body", bytes, bytearray, str, Dict[str, Any])
+_Prefill = Union[bytes, bytearray, str, Dict[str, Any]]
+_Path = Union[str, "PathLike[str]"]
+
+class StitchError(ValueError):
+    """A merge, gather or check failed; the input is unchanged."""
+
+    kind: str
+    """The Rust error's variant, e.g. "MissingPrefillField" or "Json"."""
+    location: Optional[str]
+    """The JSON path the error names, e.g. "decode choices[1].payload[3].rows";
+    None for invalid JSON and for errors about a file."""
+
+def merge_routed_experts_for_pd(
+    prefill: _Prefill,
+    decode: _Body,
+    *,
+    fields: Optional[Iterable[str]] = None,
+    strict: bool = False,
+) -> Union[_Body, bytes]:
+    """Stitch inline rows and rows by handle at once. The result has the
+    decode's type (bytes for a bytearray); with nothing to stitch, the decode
+    object itself comes back. A dict input is never modified."""
+
+def merge_routed_payload_in_json(
+    prefill: _Prefill,
+    decode: _Body,
+    *,
+    fields: Optional[Iterable[str]] = None,
+    strict: bool = False,
+) -> Union[_Body, bytes]:
+    """Stitch the payload segments (rows by handle)."""
+
+def merge_routed_experts_in_json(
+    prefill: _Prefill,
+    decode: _Body,
+    *,
+    fields: Optional[Iterable[str]] = None,
+    strict: bool = False,
+) -> Union[_Body, bytes]:
+    """Stitch the inline `routed_experts` (compact or npy)."""
+
+def prefill_has_routed_experts(
+    prefill: _Prefill, *, fields: Optional[Iterable[str]] = None
+) -> bool:
+    """Whether prefill.choices[0] carries rows to stitch."""
+
+def gather(
+    response: _Prefill,
+    choice: int = 0,
+    *,
+    field: str = "routed_experts",
+    root: Optional[_Path] = None,
+    allow: Optional[Sequence[_Path]] = None,
+) -> Tuple[int, npt.NDArray[Any]]:
+    """(start, rows): the rows of positions [start, start + len(rows)) of one
+    choice, shape (positions, *row_shape), in the segments' dtype."""
+
+def check(
+    response: _Prefill,
+    *,
+    root: Optional[_Path] = None,
+    allow: Optional[Sequence[_Path]] = None,
+) -> List[Dict[str, Any]]:
+    """One dict per choice and field: choice, field, segments, coverage, gaps,
+    overlaps, dtype, shape, problems, ok."""
