@@ -198,18 +198,20 @@ impl Router {
             } else {
                 Stitcher::new()
             };
-            stitcher.merge_bytes_for_pd(&prefill_body, &mut decode).map_err(|e| match e {
-                Error::Json { .. } => Failure::new(
-                    StatusCode::BAD_GATEWAY,
-                    "backend_error",
-                    format!("the decode backend's response is not JSON: {e}"),
-                ),
-                e => Failure::new(
-                    StatusCode::BAD_GATEWAY,
-                    "stitch_error",
-                    format!("cannot stitch the prefill's and the decode's responses: {e}"),
-                ),
-            })?;
+            stitcher
+                .merge_bytes_for_pd(&prefill_body, &mut decode)
+                .map_err(|e| match e {
+                    Error::Json { .. } => Failure::new(
+                        StatusCode::BAD_GATEWAY,
+                        "backend_error",
+                        format!("the decode backend's response is not JSON: {e}"),
+                    ),
+                    e => Failure::new(
+                        StatusCode::BAD_GATEWAY,
+                        "stitch_error",
+                        format!("cannot stitch the prefill's and the decode's responses: {e}"),
+                    ),
+                })?;
         }
         // Without stitching (a baseline for the load benchmark) the decode's
         // bytes pass through unread.

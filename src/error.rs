@@ -22,8 +22,8 @@ use serde_json::Value;
 
 use crate::algebra::{Dtype, LayoutProblem, Overflow, Rows};
 use crate::inline::base64::Base64Error;
+use crate::inline::form::Form;
 use crate::inline::npy::NpyError;
-use crate::inline::Form;
 
 /// Which response a [`Location`] is in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

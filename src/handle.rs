@@ -309,7 +309,14 @@ fn fate<'d, S: AsRef<str>, D: View<'d>>(
             .iter()
             .position(|f| f.as_ref() == keys.field)
             .unwrap_or(0);
-        planned.push(index, Origin::Decode(j), f, kept.positions(), dtype, json::dims(shape));
+        planned.push(
+            index,
+            Origin::Decode(j),
+            f,
+            kept.positions(),
+            dtype,
+            json::dims(shape),
+        );
     }
     Ok(match kept {
         None => Fate::Drop,

@@ -7,30 +7,7 @@ use crate::error::Error;
 use crate::fields::DEFAULT_FIELDS;
 use crate::handle;
 use crate::merge::value::merge;
-use crate::merge::{Kinds, Mode};
-
-/// How the free functions merge the `kinds` of rows: the default fields, not
-/// strict.
-fn default_mode(kinds: Kinds) -> Mode<'static, &'static str> {
-    Mode {
-        fields: DEFAULT_FIELDS,
-        kinds,
-        strict: false,
-    }
-}
-
-const BY_HANDLE: Kinds = Kinds {
-    inline: false,
-    by_handle: true,
-};
-const INLINE: Kinds = Kinds {
-    inline: true,
-    by_handle: false,
-};
-const BOTH: Kinds = Kinds {
-    inline: true,
-    by_handle: true,
-};
+use crate::merge::{default_mode, Kinds, Mode, BOTH, BY_HANDLE, INLINE};
 
 /// The JSON entry points, for a chosen set of stitched fields.
 ///

@@ -7,7 +7,7 @@
 //! business touching: key order, number spellings, escapes. The functions here
 //! give the same answers as the `Value` ones (the same `Ok(bool)`, errors of
 //! the same variant at the same place) while building no value tree: a
-//! [scanner](scan) validates each text exactly as `serde_json` reads it and
+//! scanner (`src/bytes/scan.rs`) validates each text exactly as `serde_json` reads it and
 //! indexes only the paths a merge reads, the shared merge plan reads that
 //! index, and the decode's buffer is rewritten in place where only the
 //! stitched values change:
@@ -53,8 +53,8 @@ mod view;
 mod write;
 
 use crate::error::{Error, Side};
-use crate::merge::{self, Mode};
-use crate::stitcher::Stitcher;
+use crate::fields::DEFAULT_FIELDS;
+use crate::merge::{self, default_mode, Mode, BOTH, BY_HANDLE, INLINE};
 
 use scan::Doc;
 use view::Node;
@@ -69,7 +69,7 @@ use view::Node;
 /// first), else the errors of the `Value` function, at the same places; on
 /// error `decode` is unchanged.
 pub fn merge_routed_experts_for_pd(prefill: &[u8], decode: &mut Vec<u8>) -> Result<bool, Error> {
-    Stitcher::new().merge_bytes_for_pd(prefill, decode)
+    merge(default_mode(BOTH), prefill, decode)
 }
 
 /// [`merge_routed_payload_in_json`](crate::merge_routed_payload_in_json) on
@@ -79,7 +79,7 @@ pub fn merge_routed_experts_for_pd(prefill: &[u8], decode: &mut Vec<u8>) -> Resu
 ///
 /// As [`merge_routed_experts_for_pd`].
 pub fn merge_routed_payload_in_json(prefill: &[u8], decode: &mut Vec<u8>) -> Result<bool, Error> {
-    Stitcher::new().merge_bytes_payload(prefill, decode)
+    merge(default_mode(BY_HANDLE), prefill, decode)
 }
 
 /// [`merge_routed_experts_in_json`](crate::merge_routed_experts_in_json) on
@@ -89,7 +89,7 @@ pub fn merge_routed_payload_in_json(prefill: &[u8], decode: &mut Vec<u8>) -> Res
 ///
 /// As [`merge_routed_experts_for_pd`].
 pub fn merge_routed_experts_in_json(prefill: &[u8], decode: &mut Vec<u8>) -> Result<bool, Error> {
-    Stitcher::new().merge_bytes_inline(prefill, decode)
+    merge(default_mode(INLINE), prefill, decode)
 }
 
 /// [`prefill_has_routed_experts`](crate::prefill_has_routed_experts) on raw
@@ -99,7 +99,7 @@ pub fn merge_routed_experts_in_json(prefill: &[u8], decode: &mut Vec<u8>) -> Res
 ///
 /// [`Error::Json`] when `prefill` is not valid JSON.
 pub fn prefill_has_routed_experts(prefill: &[u8]) -> Result<bool, Error> {
-    Stitcher::new().prefill_bytes_has_routed_experts(prefill)
+    prefill_has_rows(DEFAULT_FIELDS, prefill)
 }
 
 /// Scans one side, or says why it is not JSON.

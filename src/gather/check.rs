@@ -11,9 +11,9 @@ use serde_json::{Map, Value};
 use crate::algebra::{check_layout, Rows, Segment};
 use crate::error::{describe, Location, Side};
 use crate::fields::ROUTED_EXPERTS;
-use crate::response::item_at;
 use crate::inline::{self, Form};
 use crate::json::choice_at;
+use crate::response::item_at;
 
 use super::read::segments_of;
 use super::report::{list, FieldReport, Report};

@@ -12,9 +12,9 @@ use crate::algebra::{Dtype, Rows, Segment};
 use crate::error::{describe, Error, Location, Side};
 use crate::fields::ROUTED_EXPERTS;
 use crate::handle::Keys;
-use crate::response::item_at;
 use crate::inline::{self, Form, NpyError};
 use crate::json::choice_at;
+use crate::response::item_at;
 
 use super::{GatherError, Store};
 

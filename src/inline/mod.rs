@@ -19,7 +19,7 @@
 //! (see `Encoder`).
 
 pub(crate) mod base64;
-mod form;
+pub(crate) mod form;
 pub(crate) mod npy;
 
 use std::borrow::Cow;

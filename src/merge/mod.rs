@@ -17,6 +17,7 @@
 pub(crate) mod value;
 
 use crate::error::{Error, Location, Side};
+use crate::fields::DEFAULT_FIELDS;
 use crate::json::choice_at;
 use crate::view::{describe_view, Kind, View};
 use crate::{handle, inline};
@@ -26,6 +27,32 @@ use crate::{handle, inline};
 pub(crate) struct Kinds {
     pub(crate) inline: bool,
     pub(crate) by_handle: bool,
+}
+
+/// The by-handle merge alone.
+pub(crate) const BY_HANDLE: Kinds = Kinds {
+    inline: false,
+    by_handle: true,
+};
+/// The inline merge alone.
+pub(crate) const INLINE: Kinds = Kinds {
+    inline: true,
+    by_handle: false,
+};
+/// Both, as one atomic step.
+pub(crate) const BOTH: Kinds = Kinds {
+    inline: true,
+    by_handle: true,
+};
+
+/// How the free functions merge the `kinds` of rows: the default fields, not
+/// strict.
+pub(crate) fn default_mode(kinds: Kinds) -> Mode<'static, &'static str> {
+    Mode {
+        fields: DEFAULT_FIELDS,
+        kinds,
+        strict: false,
+    }
 }
 
 /// How a merge is made: the stitched fields, the kinds of rows, and whether
