@@ -198,29 +198,38 @@ fn yardstick(c: &mut Criterion) {
 
 /// The bytes entry points (issue 12's targets), bytes in and bytes out, each
 /// decode cloned before its merge (a router gets a fresh body every time),
-/// beside what a router pays otherwise: the Value path (parse both, merge,
-/// serialize the decode) and one `serde_json` parse of the decode; and, for
-/// inline rows, one `base64`-crate encode of the merged rows.
+/// beside what a router pays otherwise: the Value path and the upstream-style
+/// baseline, each as parse both, merge, serialize the decode; one
+/// `serde_json` parse of the decode; and, for inline rows, one `base64`-crate
+/// encode of the merged rows.
 fn bytes_path(c: &mut Criterion) {
     let mut group = c.benchmark_group("bytes");
     group.sample_size(20);
     let quick =
         std::env::args().any(|a| a == "--test") || !std::env::args().any(|a| a == "--bench");
     let positions = if quick { 1024 } else { 32 * 1024 };
-    let cases = [
-        ("by_handle_8x32", common::by_handle(8, 32), None),
+    type Merge = fn(&Value, &mut Value) -> Result<bool, String>;
+    let cases: [(&str, (Value, Value), Option<usize>, Merge); 3] = [
+        (
+            "by_handle_8x32",
+            common::by_handle(8, 32),
+            None,
+            baseline::by_handle,
+        ),
         (
             "compact_16k_32k_u8",
             common::compact(positions, 1, 1, 1),
             Some(positions / 2 + positions - 1),
+            baseline::compact,
         ),
         (
             "npy_16k_32k_u8",
             common::npy(positions, 1, 1, 1),
             Some(positions),
+            baseline::npy_merge,
         ),
     ];
-    for (id, (prefill, decode), merged_rows) in cases {
+    for (id, (prefill, decode), merged_rows, upstream) in cases {
         let p = serde_json::to_vec(&prefill).expect("serializable");
         let d = serde_json::to_vec(&decode).expect("serializable");
         // The two paths agree before they are timed.
@@ -257,6 +266,20 @@ fn bytes_path(c: &mut Criterion) {
                     let prefill: Value = serde_json::from_slice(&p).expect("JSON");
                     let mut decode: Value = serde_json::from_slice(&d).expect("JSON");
                     let stitched = pd_stitch::merge_routed_experts_for_pd(&prefill, &mut decode);
+                    (serde_json::to_vec(&decode).expect("serializable"), stitched)
+                },
+                BatchSize::PerIteration,
+            )
+        });
+        // The upstream-style merge (benches/common/baseline.rs) on the same
+        // bytes: parse both, merge, serialize.
+        group.bench_function(BenchmarkId::new("upstream_round_trip", id), |b| {
+            b.iter_batched(
+                || d.clone(),
+                |d| {
+                    let prefill: Value = serde_json::from_slice(&p).expect("JSON");
+                    let mut decode: Value = serde_json::from_slice(&d).expect("JSON");
+                    let stitched = upstream(&prefill, &mut decode);
                     (serde_json::to_vec(&decode).expect("serializable"), stitched)
                 },
                 BatchSize::PerIteration,

@@ -7,7 +7,9 @@
 //! Everything runs in this one process on the machine's cores: the client,
 //! the router and both backends. The backends answer from a warm cache (the
 //! simulator's answers, in the three forms in turn), so the time is the
-//! router's: two HTTP calls, two JSON parses, the merge, one serialization.
+//! router's: two HTTP calls, the prefill's parse (for its
+//! `kv_transfer_params`) and, stitching on, the bytes merge of the decode's
+//! body; stitching off, the decode's body passes through unread.
 //!
 //! `cargo bench --bench router_load` prints requests/s and p50/p99 latency
 //! for each; in test mode (`-- --test`, or `cargo test --benches` as CI runs
@@ -25,7 +27,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mock_vllm::{Deployment, Forms, Mock, Role};
-use pd_stitch::merge_routed_experts_for_pd;
 use pd_stitch::sim::Mode;
 use serde_json::json;
 
@@ -228,9 +229,11 @@ async fn measure(forms: Forms, rounds: usize, per_round: usize) -> ([Tally; 2], 
     for _ in 0..rounds {
         for index in 0..WORKING_SET.min(per_round) {
             let answers = deployment.answers(index).expect("cached");
-            let mut decode = answers.decode.clone();
+            // The bodies as the router holds them.
+            let prefill = serde_json::to_vec(&answers.prefill).expect("JSON");
+            let mut decode = serde_json::to_vec(&answers.decode).expect("JSON");
             let started = Instant::now();
-            let merged = merge_routed_experts_for_pd(&answers.prefill, &mut decode);
+            let merged = pd_stitch::bytes::merge_routed_experts_for_pd(&prefill, &mut decode);
             merging += started.elapsed();
             assert_eq!(merged.ok(), Some(true));
             std::hint::black_box(decode);
