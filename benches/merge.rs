@@ -208,8 +208,9 @@ fn bytes_path(c: &mut Criterion) {
     let quick =
         std::env::args().any(|a| a == "--test") || !std::env::args().any(|a| a == "--bench");
     let positions = if quick { 1024 } else { 32 * 1024 };
-    type Merge = fn(&Value, &mut Value) -> Result<bool, String>;
-    let cases: [(&str, (Value, Value), Option<usize>, Merge); 3] = [
+    /// Name, (prefill, decode), merged rows (inline), the upstream-style merge.
+    type Case = (&'static str, (Value, Value), Option<usize>, Merge);
+    let cases: [Case; 3] = [
         (
             "by_handle_8x32",
             common::by_handle(8, 32),

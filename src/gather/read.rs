@@ -186,7 +186,11 @@ pub fn gather_from(
             source: Source::Inline(form),
         });
     }
-    let layout = layout(&segments, choice, field)?;
+    read_layout(layout(&segments, choice, field)?, store, choice)
+}
+
+/// The rows of a checked layout, read from `store` in position order.
+fn read_layout(layout: Layout<'_>, store: &Store, choice: usize) -> Result<Gathered, GatherError> {
     let mut data = Vec::new();
     for (j, segment) in &layout.in_order {
         store.read(
@@ -247,23 +251,7 @@ pub fn gather_runs_from(
             continue;
         }
         let run = in_order.get(from..to).unwrap_or_default();
-        let layout = layout(run, choice, field)?;
-        let mut data = Vec::new();
-        for (j, segment) in &layout.in_order {
-            store.read(
-                segment.file(),
-                segment.byte_range(),
-                || item_at(Side::Response, choice, *j),
-                &mut data,
-            )?;
-        }
-        runs.push(Gathered {
-            positions: layout.positions,
-            dtype: layout.dtype,
-            shape: layout.shape,
-            data,
-            source: Source::Files,
-        });
+        runs.push(read_layout(layout(run, choice, field)?, store, choice)?);
         from = to;
     }
     Ok(runs)
