@@ -115,6 +115,7 @@ mod merge;
 mod response;
 #[cfg(any(feature = "cli", feature = "testing"))]
 pub mod sim;
+mod splice;
 mod stitcher;
 mod strict;
 #[cfg(feature = "testing")]

@@ -43,6 +43,18 @@ pub(crate) trait View<'a>: Copy + 'a {
     /// unescaping).
     fn as_str(self) -> Option<Cow<'a, str>>;
 
+    /// The value's UTF-8 bytes, unescaped, when it is a string: what
+    /// [`View::as_str`] gives, without looking at the text again to show
+    /// that it is UTF-8.
+    fn as_bytes(self) -> Option<Cow<'a, [u8]>>;
+
+    /// How many leading bytes of a string are base64 alphabet characters,
+    /// when the reader counted them as it read the text (`None`: not
+    /// counted; the caller looks).
+    fn alphabet_prefix(self) -> Option<usize> {
+        None
+    }
+
     /// The value of `key` when this is an object that has it (the last one,
     /// when the key is repeated).
     fn get(self, key: &str) -> Option<Self>;
@@ -92,6 +104,10 @@ impl<'a> View<'a> for &'a Value {
 
     fn as_str(self) -> Option<Cow<'a, str>> {
         Value::as_str(self).map(Cow::Borrowed)
+    }
+
+    fn as_bytes(self) -> Option<Cow<'a, [u8]>> {
+        Value::as_str(self).map(|s| Cow::Borrowed(s.as_bytes()))
     }
 
     fn get(self, key: &str) -> Option<Self> {

@@ -126,7 +126,7 @@ pub(crate) fn merge<S: AsRef<str>>(
             Some(plan) => write::edits(plan, Node::root(&prefill), &doc),
         }
     };
-    write::apply(decode, &edits);
+    crate::splice::apply(decode, &edits);
     Ok(true)
 }
 

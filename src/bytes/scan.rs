@@ -15,6 +15,7 @@ use std::borrow::Cow;
 use std::ops::Range;
 
 use crate::fields::ROUTED_EXPERTS;
+use crate::inline::base64::alphabet_run;
 use crate::view::Kind;
 
 /// Nesting `serde_json` refuses: its recursion limit of 128 is reached at the
@@ -44,6 +45,10 @@ pub(crate) struct Node {
     pub(crate) escaped: bool,
     /// Whether the value's children were recorded.
     pub(crate) indexed: bool,
+    /// For a string: how many leading bytes of its text (quotes excluded)
+    /// are base64 alphabet characters, counted on the way (so that inline
+    /// rows are not read twice to be validated).
+    pub(crate) alphabet: usize,
 }
 
 /// Why a text is not JSON: where reading stopped, and what was wrong.
@@ -123,6 +128,19 @@ impl<'a> Doc<'a> {
         self.text.get(range).unwrap_or_default()
     }
 
+    /// The content of a string whose text (quotes excluded) is `range`, as
+    /// bytes, unescaped when `escaped`.
+    pub(crate) fn string_bytes(&self, range: Range<usize>, escaped: bool) -> Cow<'a, [u8]> {
+        let raw = self.slice(range);
+        if escaped {
+            let mut out = Vec::with_capacity(raw.len());
+            unescape(raw, &mut out);
+            Cow::Owned(out)
+        } else {
+            Cow::Borrowed(raw)
+        }
+    }
+
     /// The content of a string whose text (quotes excluded) is `range`,
     /// unescaped when `escaped`.
     pub(crate) fn string(&self, range: Range<usize>, escaped: bool) -> Cow<'a, str> {
@@ -185,9 +203,11 @@ impl Scanner<'_> {
                 key_escaped,
                 escaped: false,
                 indexed: false,
+                alphabet: 0,
             });
         }
         let mut escaped = false;
+        let mut alphabet = 0;
         let kind = match self.peek() {
             Some(b'{') => {
                 self.object(record, depth + 1)?;
@@ -198,7 +218,7 @@ impl Scanner<'_> {
                 Kind::Array
             }
             Some(b'"') => {
-                escaped = self.string()?;
+                (escaped, alphabet) = self.string_counted()?;
                 Kind::String
             }
             Some(b't') => self.literal(b"true", Kind::Bool)?,
@@ -218,6 +238,7 @@ impl Scanner<'_> {
                 node.span = start..self.at;
                 node.end = end;
                 node.escaped = escaped;
+                node.alphabet = alphabet;
                 node.indexed = Self::children(record) && matches!(kind, Kind::Array | Kind::Object);
             }
         }
@@ -345,14 +366,24 @@ impl Scanner<'_> {
     /// Reads a string at `self.at` (its opening quote); returns whether it
     /// has escapes.
     fn string(&mut self) -> Result<bool, Invalid> {
+        self.string_counted().map(|(escaped, _)| escaped)
+    }
+
+    /// Reads a string at `self.at` (its quote): whether it has escapes, and
+    /// how many leading bytes of its text are base64 alphabet characters.
+    fn string_counted(&mut self) -> Result<(bool, usize), Invalid> {
         self.at += 1; // '"'
         let mut escaped = false;
+        // The alphabet first: a run of it is plain string text too, and
+        // base64 rows are all alphabet but for their padding.
+        let alphabet = alphabet_run(self.text.get(self.at..).unwrap_or_default());
+        self.at += alphabet;
         loop {
             self.at += plain_run(self.text.get(self.at..).unwrap_or_default());
             match self.peek() {
                 Some(b'"') => {
                     self.at += 1;
-                    return Ok(escaped);
+                    return Ok((escaped, alphabet));
                 }
                 Some(b'\\') => {
                     escaped = true;
@@ -527,11 +558,9 @@ fn exponent_digits(text: Option<&[u8]>) -> usize {
 /// in the chunk that stops the run.
 fn plain_run(text: &[u8]) -> usize {
     const CHUNK: usize = 32;
-    // Outside 0x20..0x80 (one subtraction), or a quote or a backslash.
-    let special = |b: u8| (b.wrapping_sub(0x20) >= 0x60) | (b == b'"') | (b == b'\\');
     let mut done = 0;
     for chunk in text.chunks_exact(CHUNK) {
-        if chunk.iter().fold(false, |any, &b| any | special(b)) {
+        if chunk.iter().fold(false, |any, &b| any | is_special(b)) {
             break;
         }
         done += CHUNK;
@@ -540,8 +569,15 @@ fn plain_run(text: &[u8]) -> usize {
         .get(done..)
         .unwrap_or_default()
         .iter()
-        .position(|&b| special(b))
+        .position(|&b| is_special(b))
         .unwrap_or(text.len() - done)
+}
+
+/// Whether `b` ends a run of plain string characters: outside 0x20..0x80
+/// (one subtraction), or a quote or a backslash.
+#[inline(always)]
+fn is_special(b: u8) -> bool {
+    (b.wrapping_sub(0x20) >= 0x60) | (b == b'"') | (b == b'\\')
 }
 
 /// The length of the UTF-8 character that starts with `lead`, 0 when `lead`

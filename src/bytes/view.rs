@@ -85,6 +85,20 @@ impl<'d> View<'d> for Node<'d> {
         Some(self.doc.string(span, node.escaped))
     }
 
+    fn as_bytes(self) -> Option<Cow<'d, [u8]>> {
+        let node = self.node().filter(|node| node.kind == Kind::String)?;
+        let span = node.span.start + 1..node.span.end.saturating_sub(1);
+        Some(self.doc.string_bytes(span, node.escaped))
+    }
+
+    fn alphabet_prefix(self) -> Option<usize> {
+        // Counted over the raw text, which is the string's own only without
+        // escapes.
+        self.node()
+            .filter(|node| node.kind == Kind::String && !node.escaped)
+            .map(|node| node.alphabet)
+    }
+
     fn get(self, key: &str) -> Option<Self> {
         if self.kind() != Kind::Object {
             return None;

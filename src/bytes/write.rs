@@ -1,5 +1,6 @@
 //! The bytes adapter's writing half: a [`Plan`] becomes a list of [`Edit`]s
-//! of the decode's text, which [`apply`] makes in one pass over the buffer.
+//! of the decode's text, which [`apply`](crate::splice::apply) makes in one
+//! pass over the buffer.
 //!
 //! Only the stitched values change: a choice's `payload` array is written
 //! anew (the prefill's segments as their text, then the decode's own items as
@@ -15,63 +16,11 @@ use super::scan::Doc;
 use super::view::Node;
 use crate::fields::ROUTED_EXPERTS;
 use crate::handle::Fate;
-use crate::inline::{rows_text, Merged, Piece, Text, DECODE, PREFILL};
+use crate::inline::{rows_text, Merged, Text};
 use crate::merge::Plan;
 use crate::response::prefill_rows;
+use crate::splice::Edit;
 use crate::view::{Kind, View};
-
-/// Replace the bytes `range` of the decode by the runs `parts`.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Edit<'p> {
-    pub(crate) range: Range<usize>,
-    /// Text written for this edit, which [`Part::Own`] ranges index.
-    own: Vec<u8>,
-    parts: Vec<Part<'p>>,
-}
-
-/// One run of an edit's new text.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Part<'p> {
-    Own(Range<usize>),
-    /// Bytes of the prefill's text (or a constant).
-    Slice(&'p [u8]),
-}
-
-impl<'p> Edit<'p> {
-    fn new(range: Range<usize>, text: Vec<u8>) -> Edit<'p> {
-        Edit {
-            range,
-            parts: vec![Part::Own(0..text.len())],
-            own: text,
-        }
-    }
-
-    /// The length of what replaces the range.
-    fn len(&self) -> usize {
-        self.parts
-            .iter()
-            .map(|part| match part {
-                Part::Own(range) => range.len(),
-                Part::Slice(bytes) => bytes.len(),
-            })
-            .sum()
-    }
-
-    /// Writes the replacement into `out`, which is [`Edit::len`] long.
-    fn write(&self, out: &mut [u8]) {
-        let mut at = 0;
-        for part in &self.parts {
-            let bytes = match part {
-                Part::Own(range) => self.own.get(range.clone()).unwrap_or_default(),
-                Part::Slice(bytes) => bytes,
-            };
-            if let Some(dst) = out.get_mut(at..at + bytes.len()) {
-                dst.copy_from_slice(bytes);
-            }
-            at += bytes.len();
-        }
-    }
-}
 
 /// The edits that write `plan` into the decode `doc` it was made from.
 pub(crate) fn edits<'p>(plan: Plan<Node<'p>>, prefill: Node<'p>, doc: &Doc<'_>) -> Vec<Edit<'p>> {
@@ -171,10 +120,10 @@ fn clipped(item: Node<'_>, numbers: [(&str, u64); 3], out: &mut Vec<u8>) {
 }
 
 /// The edits that give `choice` its merged inline rows. `prefill_text` is
-/// the prefill's rows text, the [`PREFILL`] source of the merged texts.
+/// the prefill's rows text, the `PREFILL` source of the merged texts.
 fn inline_edits<'p>(
     merged: Merged,
-    prefill_text: Option<&Cow<'p, str>>,
+    prefill_text: Option<&Cow<'p, [u8]>>,
     choice: Node<'_>,
     edits: &mut Vec<Edit<'p>>,
 ) {
@@ -216,185 +165,11 @@ fn inline_edits<'p>(
 }
 
 /// The edit that writes the merged rows `text` over the decode's rows text,
-/// the string `node`.
-///
-/// When the merged text ends with the decode's own text from some character
-/// on (its rows from the cut, copied whole) and that text has no escapes,
-/// only what comes before stays to be written: the edit replaces the
-/// string's characters up to there, and the rest of the string stays where
-/// it is (or moves, with everything after it, when the lengths differ). Runs
-/// of the prefill's text are written from the prefill's bytes directly.
-fn text_edit<'p>(text: &Text, prefill_text: Option<&Cow<'p, str>>, node: Node<'_>) -> Edit<'p> {
-    let decode_text = node.as_str().unwrap_or_default();
+/// the string `node`: in place where the text allows (see [`Text::edit`]).
+fn text_edit<'p>(text: &Text, prefill_text: Option<&Cow<'p, [u8]>>, node: Node<'_>) -> Edit<'p> {
+    let decode_text = node.as_bytes().unwrap_or_default();
     let span = node.span();
-    let content = span.start + 1;
-    let pieces = text.pieces();
-    let in_place = match (&decode_text, pieces.last()) {
-        (Cow::Borrowed(d), Some(Piece::Copy(DECODE, tail))) if tail.end == d.len() => {
-            Some(tail.start)
-        }
-        _ => None,
-    };
-    let (range, pieces, quoted) = match in_place {
-        Some(kept_from) => (
-            content..content + kept_from,
-            &pieces[..pieces.len() - 1],
-            false,
-        ),
-        None => (span, pieces, true),
-    };
-    let mut edit = Edit {
-        range,
-        own: Vec::new(),
-        parts: Vec::with_capacity(pieces.len() + 2),
-    };
-    if quoted {
-        edit.parts.push(Part::Slice(b"\""));
-    }
-    for piece in pieces {
-        let own = |bytes: &[u8], edit: &mut Edit<'p>| {
-            let at = edit.own.len();
-            edit.own.extend_from_slice(bytes);
-            edit.parts.push(Part::Own(at..edit.own.len()));
-        };
-        match piece {
-            Piece::Own(range) => own(text.own().get(range.clone()).unwrap_or_default(), &mut edit),
-            Piece::Copy(PREFILL, range) => match prefill_text {
-                Some(Cow::Borrowed(p)) => edit.parts.push(Part::Slice(
-                    p.as_bytes().get(range.clone()).unwrap_or_default(),
-                )),
-                Some(Cow::Owned(p)) => own(
-                    p.as_bytes().get(range.clone()).unwrap_or_default(),
-                    &mut edit,
-                ),
-                None => {}
-            },
-            // The decode's own bytes move when the buffer is edited: copied
-            // first.
-            Piece::Copy(_, range) => own(
-                decode_text
-                    .as_bytes()
-                    .get(range.clone())
-                    .unwrap_or_default(),
-                &mut edit,
-            ),
-        }
-    }
-    if quoted {
-        edit.parts.push(Part::Slice(b"\""));
-    }
-    edit
-}
-
-/// Makes `edits` (sorted, not overlapping, within `buf`) in `buf`, moving
-/// each unchanged run of bytes at most once and allocating nothing when the
-/// length does not change.
-pub(crate) fn apply(buf: &mut Vec<u8>, edits: &[Edit<'_>]) {
-    let old_len = buf.len();
-    // The unchanged runs: before each edit, and after the last. A run moves
-    // by the total change in length of the edits before it.
-    let mut runs = Vec::with_capacity(edits.len() + 1);
-    let mut from = 0;
-    let mut shift: isize = 0;
-    for edit in edits {
-        runs.push((from..edit.range.start, shift));
-        shift += edit.len() as isize - edit.range.len() as isize;
-        from = edit.range.end;
-    }
-    runs.push((from..old_len, shift));
-    let new_len = (old_len as isize + shift) as usize;
-    if new_len > old_len {
-        buf.resize(new_len, 0);
-    }
-    // A run moving left can only land on bytes of runs before it, and one
-    // moving right only on bytes of runs after it; and no run lands on a
-    // run's bytes that move the other way (the order of the runs is kept).
-    // So: left-movers first to last, then right-movers last to first.
-    let moved = |run: &Range<usize>, shift: isize| (run.start as isize + shift) as usize;
-    for (run, shift) in runs.iter().filter(|(_, s)| *s < 0) {
-        buf.copy_within(run.clone(), moved(run, *shift));
-    }
-    for (run, shift) in runs.iter().rev().filter(|(_, s)| *s > 0) {
-        buf.copy_within(run.clone(), moved(run, *shift));
-    }
-    // The edits' new text lands between the moved runs.
-    let mut shift: isize = 0;
-    for edit in edits {
-        let at = (edit.range.start as isize + shift) as usize;
-        if let Some(out) = buf.get_mut(at..at + edit.len()) {
-            edit.write(out);
-        }
-        shift += edit.len() as isize - edit.range.len() as isize;
-    }
-    buf.truncate(new_len);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    /// The reference: a new buffer, written front to back.
-    fn naive(buf: &[u8], edits: &[Edit<'_>]) -> Vec<u8> {
-        let mut out = Vec::new();
-        let mut from = 0;
-        for edit in edits {
-            out.extend_from_slice(&buf[from..edit.range.start]);
-            let mut text = vec![0; edit.len()];
-            edit.write(&mut text);
-            out.extend_from_slice(&text);
-            from = edit.range.end;
-        }
-        out.extend_from_slice(&buf[from..]);
-        out
-    }
-
-    fn buf_and_edits() -> impl Strategy<Value = (Vec<u8>, Vec<Edit<'static>>)> {
-        (0usize..64).prop_flat_map(|len| {
-            let buf = proptest::collection::vec(any::<u8>(), len);
-            let cuts = proptest::collection::vec(0..=len, 0..8);
-            let texts = proptest::collection::vec(
-                (proptest::collection::vec(any::<u8>(), 0..12), any::<bool>()),
-                8,
-            );
-            (buf, cuts, texts).prop_map(|(buf, mut cuts, texts)| {
-                cuts.sort_unstable();
-                let edits = cuts
-                    .chunks(2)
-                    .zip(texts)
-                    .map(|(pair, (text, quoted))| {
-                        let mut edit = Edit::new(pair[0]..*pair.last().unwrap_or(&pair[0]), text);
-                        if quoted {
-                            edit.parts.insert(0, Part::Slice(b"\""));
-                            edit.parts.push(Part::Slice(b"'"));
-                        }
-                        edit
-                    })
-                    .collect();
-                (buf, edits)
-            })
-        })
-    }
-
-    proptest! {
-        #[test]
-        fn apply_equals_writing_a_new_buffer((buf, edits) in buf_and_edits()) {
-            let expected = naive(&buf, &edits);
-            let mut got = buf.clone();
-            apply(&mut got, &edits);
-            prop_assert_eq!(got, expected);
-        }
-    }
-
-    #[test]
-    fn same_length_edits_reuse_the_buffer() {
-        let mut buf = b"{\"a\":\"xyz\",\"b\":1}".to_vec();
-        let before = buf.as_ptr();
-        let mut edit = Edit::new(5..10, b"abc".to_vec());
-        edit.parts.insert(0, Part::Slice(b"\""));
-        edit.parts.push(Part::Slice(b"\""));
-        apply(&mut buf, &[edit]);
-        assert_eq!(buf, b"{\"a\":\"abc\",\"b\":1}");
-        assert_eq!(buf.as_ptr(), before);
-    }
+    // The buffer holds the text itself when it has no escapes.
+    let verbatim_at = matches!(decode_text, Cow::Borrowed(_)).then_some(span.start + 1);
+    text.edit(prefill_text, &decode_text, verbatim_at, span, true)
 }

@@ -16,11 +16,13 @@
 //! `clip.offset()` on, widened where the dtypes differ. The rows stay base64
 //! text: the merged text is copied from the inputs' text wherever the bytes
 //! keep their position modulo 3, and only the rest is decoded and encoded
-//! (see `Encoder`).
+//! (see `text`). The adapters write that text over the decode's own rows
+//! text, in place where the lengths allow (`Text::edit`).
 
 pub(crate) mod base64;
 pub(crate) mod form;
 pub(crate) mod npy;
+pub(crate) mod text;
 
 use std::borrow::Cow;
 
@@ -37,8 +39,9 @@ pub use base64::Base64Error;
 pub use form::Form;
 pub use npy::NpyError;
 
-use base64::{Base64, Encoder};
-pub(crate) use base64::{Piece, SourceId, Text};
+use base64::Base64;
+use text::Encoder;
+pub(crate) use text::{SourceId, Text};
 
 /// The prefill's inline rows, validated.
 pub(crate) struct Prefill<'p> {
@@ -91,10 +94,10 @@ pub(crate) fn first_orphan<'d, D: View<'d>>(decode: D) -> Option<Error> {
 
 /// The base64 text of inline rows `rows`: a compact object's `data`, or the
 /// npy string itself (what [`Merged`] texts call [`PREFILL`] and [`DECODE`]).
-pub(crate) fn rows_text<'a, V: View<'a>>(rows: V) -> Option<Cow<'a, str>> {
+pub(crate) fn rows_text<'a, V: View<'a>>(rows: V) -> Option<Cow<'a, [u8]>> {
     match rows.kind() {
-        Kind::Object => rows.get("data")?.as_str(),
-        _ => rows.as_str(),
+        Kind::Object => rows.get("data")?.as_bytes(),
+        _ => rows.as_bytes(),
     }
 }
 
@@ -132,7 +135,7 @@ struct Inline<'v> {
     form: Form,
     segment: Segment<()>,
     /// Canonical base64 (validated), unescaped.
-    text: Cow<'v, str>,
+    text: Cow<'v, [u8]>,
     /// The number of bytes `text` encodes.
     decoded_len: usize,
     data: usize,
@@ -154,7 +157,11 @@ impl<'v> Inline<'v> {
     fn parse<V: View<'v>>(value: V, at: impl Fn() -> Location) -> Result<Inline<'v>, Error> {
         match value.kind() {
             Kind::Object => Inline::compact(value, at),
-            Kind::String => Inline::npy(value.as_str().unwrap_or_default(), at),
+            Kind::String => Inline::npy(
+                value.as_bytes().unwrap_or_default(),
+                value.alphabet_prefix(),
+                at,
+            ),
             _ => Err(Error::Structure {
                 at: at(),
                 expected: "an object (compact rows) or a string (.npy rows)",
@@ -165,7 +172,7 @@ impl<'v> Inline<'v> {
 
     fn compact<V: View<'v>>(object: V, at: impl Fn() -> Location) -> Result<Inline<'v>, Error> {
         let data = object.get("data");
-        let text = match data.and_then(View::as_str) {
+        let text = match data.and_then(View::as_bytes) {
             Some(text) => text,
             None => {
                 return Err(Error::Structure {
@@ -187,7 +194,7 @@ impl<'v> Inline<'v> {
             None => Dtype::Uint8, // older writers omit it
             some => json::dtype(some, || at().key("dtype"))?,
         };
-        let decoded_len = Base64::parse(&text)
+        let decoded_len = Base64::parse_counted(&text, data.and_then(View::alphabet_prefix))
             .map_err(|error| Error::Base64 {
                 at: at().key("data"),
                 error,
@@ -213,8 +220,12 @@ impl<'v> Inline<'v> {
         })
     }
 
-    fn npy(text: Cow<'v, str>, at: impl Fn() -> Location) -> Result<Inline<'v>, Error> {
-        let decoded_len = Base64::parse(&text)
+    fn npy(
+        text: Cow<'v, [u8]>,
+        alphabet_prefix: Option<usize>,
+        at: impl Fn() -> Location,
+    ) -> Result<Inline<'v>, Error> {
+        let decoded_len = Base64::parse_counted(&text, alphabet_prefix)
             .map_err(|error| Error::Base64 { at: at(), error })?
             .decoded_len();
         let base64 = Base64::parsed(&text, decoded_len);

@@ -1,6 +1,8 @@
 //! The `serde_json::Value` adapter's writing half: applies a [`Plan`] to the
 //! decode response in place.
 
+use std::borrow::Cow;
+
 use serde_json::{Map, Value};
 
 use super::{Mode, Plan};
@@ -9,6 +11,7 @@ use crate::fields::ROUTED_EXPERTS;
 use crate::handle::Fate;
 use crate::inline::{rows_text, Merged, Text};
 use crate::response::prefill_rows;
+use crate::splice;
 
 /// Stitches the enabled kinds of rows of `prefill` into `decode`: plans, then
 /// writes. On error `decode` is untouched.
@@ -27,7 +30,6 @@ pub(crate) fn merge<S: AsRef<str>>(
 /// Writes `plan` into `decode`, which it was made from. Cannot fail.
 fn apply(plan: Plan<&Value>, prefill: &Value, decode: &mut Value) {
     let prefill_text = prefill_rows(prefill).and_then(rows_text);
-    let prefill_text = prefill_text.as_deref().unwrap_or_default();
     let Some(Value::Array(choices)) = decode.get_mut("choices") else {
         return;
     };
@@ -36,7 +38,7 @@ fn apply(plan: Plan<&Value>, prefill: &Value, decode: &mut Value) {
             continue;
         };
         if let Some(merged) = planned.inline {
-            write_inline(merged, prefill_text, choice);
+            write_inline(merged, prefill_text.as_ref(), choice);
         }
         if let (Some(prefill), Some(fates)) = (&plan.by_handle, planned.by_handle) {
             write_payload(&prefill.prefix, &fates.fates, choice);
@@ -80,13 +82,13 @@ fn write_payload(prefix: &[&Value], fates: &[Fate], choice: &mut Map<String, Val
 
 /// Writes the merged inline rows into `choice`: the plan checked that
 /// `choice.routed_experts` is of the right form.
-fn write_inline(merged: Merged, prefill_text: &str, choice: &mut Map<String, Value>) {
+fn write_inline(
+    merged: Merged,
+    prefill_text: Option<&Cow<'_, [u8]>>,
+    choice: &mut Map<String, Value>,
+) {
     let Some(value) = choice.get_mut(ROUTED_EXPERTS) else {
         return;
-    };
-    let text = |text: &Text, value: &Value| {
-        let decode_text = rows_text(value).unwrap_or_default();
-        text.to_string(&[prefill_text, &decode_text])
     };
     match (merged, value) {
         (
@@ -96,18 +98,30 @@ fn write_inline(merged: Merged, prefill_text: &str, choice: &mut Map<String, Val
                 start,
                 dtype,
             },
-            value @ Value::Object(_),
+            Value::Object(object),
         ) => {
-            let data = text(&data, value);
-            let Value::Object(object) = value else {
-                return;
-            };
-            object.insert("data".to_owned(), Value::String(data));
+            if let Some(Value::String(text)) = object.get_mut("data") {
+                write_text(&data, prefill_text, text);
+            }
             object.insert("shape".to_owned(), Value::from(shape.to_vec()));
             object.insert("start".to_owned(), Value::from(start));
             object.insert("dtype".to_owned(), Value::from(dtype.name()));
         }
-        (Merged::Npy(npy), value) => *value = Value::String(text(&npy, value)),
-        (Merged::Compact { .. }, _) => {}
+        (Merged::Npy(npy), Value::String(text)) => write_text(&npy, prefill_text, text),
+        _ => {}
     }
+}
+
+/// Writes the merged rows `text` over the decode's own rows text `string`,
+/// in its own buffer: where the lengths allow, only the characters before
+/// the decode's rows from the cut are written (see [`Text::edit`]).
+fn write_text(text: &Text, prefill_text: Option<&Cow<'_, [u8]>>, string: &mut String) {
+    let mut buf = std::mem::take(string).into_bytes();
+    let whole = 0..buf.len();
+    let edit = text.edit(prefill_text, &buf, Some(0), whole, false);
+    splice::apply(&mut buf, &[edit]);
+    // Safe Rust must see the bytes are UTF-8 again (one pass, at the speed
+    // of memory): they are the string's own and base64 characters.
+    *string = String::from_utf8(buf)
+        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
 }

@@ -1,0 +1,249 @@
+//! Edits of a byte buffer, made in one pass and in place.
+//!
+//! Both adapters end a merge the same way: a few ranges of the decode's text
+//! get new text (a choice's payload, a compact object's numbers, the start of
+//! a rows string), and everything else stays. [`apply`] makes sorted,
+//! non-overlapping [`Edit`]s moving every unchanged run of bytes at most once
+//! and allocating nothing when the length does not change. An edit's new text
+//! is a list of [`Part`]s, so that the bulk of it (the prefill's rows text,
+//! or the prefill's rows widened) is written straight into its place rather
+//! than first into a buffer of its own.
+
+use std::ops::Range;
+
+use crate::inline::base64::Decoded;
+
+/// Replace the bytes `range` of a buffer by the runs `parts`.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Edit<'p> {
+    pub(crate) range: Range<usize>,
+    /// Text written for this edit, which [`Part::Own`] ranges index.
+    own: Vec<u8>,
+    parts: Vec<Part<'p>>,
+}
+
+/// One run of an edit's new text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Part<'p> {
+    Own(Range<usize>),
+    /// Bytes that outlive the edit (the prefill's text, or a constant).
+    Slice(&'p [u8]),
+    /// A run of the prefill's rows, decoded and encoded where it lands.
+    Decoded(Decoded<'p>),
+}
+
+impl<'p> Edit<'p> {
+    /// Replaces `range` by `text`.
+    pub(crate) fn new(range: Range<usize>, text: Vec<u8>) -> Edit<'p> {
+        Edit {
+            range,
+            parts: vec![Part::Own(0..text.len())],
+            own: text,
+        }
+    }
+
+    /// Replaces `range` by nothing yet: the `push_` methods add the text.
+    pub(crate) fn empty(range: Range<usize>) -> Edit<'p> {
+        Edit {
+            range,
+            own: Vec::new(),
+            parts: Vec::new(),
+        }
+    }
+
+    /// Appends a copy of `bytes`.
+    pub(crate) fn push_own(&mut self, bytes: &[u8]) {
+        let at = self.own.len();
+        self.own.extend_from_slice(bytes);
+        self.parts.push(Part::Own(at..self.own.len()));
+    }
+
+    /// Appends `bytes`, written from where they are.
+    pub(crate) fn push_slice(&mut self, bytes: &'p [u8]) {
+        self.parts.push(Part::Slice(bytes));
+    }
+
+    /// Appends the text of `run`, rendered when the edit is made.
+    pub(crate) fn push_decoded(&mut self, run: Decoded<'p>) {
+        self.parts.push(Part::Decoded(run));
+    }
+
+    /// Appends the text of `run`, rendered now (its source does not outlive
+    /// the edit).
+    pub(crate) fn push_decoded_now(&mut self, run: Decoded<'_>) {
+        let at = self.own.len();
+        self.own.resize(at + run.len(), 0);
+        if let Some(out) = self.own.get_mut(at..) {
+            run.write(out);
+        }
+        self.parts.push(Part::Own(at..self.own.len()));
+    }
+
+    /// The length of what replaces the range.
+    pub(crate) fn len(&self) -> usize {
+        self.parts.iter().map(Part::len).sum()
+    }
+
+    /// Writes the replacement into `out`, which is [`Edit::len`] long.
+    fn write(&self, out: &mut [u8]) {
+        let mut at = 0;
+        for part in &self.parts {
+            let len = part.len();
+            let Some(dst) = out.get_mut(at..at + len) else {
+                return;
+            };
+            match part {
+                Part::Own(range) => {
+                    if let Some(own) = self.own.get(range.clone()) {
+                        dst.copy_from_slice(own);
+                    }
+                }
+                Part::Slice(bytes) => dst.copy_from_slice(bytes),
+                Part::Decoded(run) => run.write(dst),
+            }
+            at += len;
+        }
+    }
+}
+
+impl Part<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Part::Own(range) => range.len(),
+            Part::Slice(bytes) => bytes.len(),
+            Part::Decoded(run) => run.len(),
+        }
+    }
+}
+
+/// Makes `edits` (sorted, not overlapping, within `buf`) in `buf`, moving
+/// each unchanged run of bytes at most once and allocating nothing when the
+/// length does not change.
+pub(crate) fn apply(buf: &mut Vec<u8>, edits: &[Edit<'_>]) {
+    let old_len = buf.len();
+    // The unchanged runs: before each edit, and after the last. A run moves
+    // by the total change in length of the edits before it.
+    let mut runs = Vec::with_capacity(edits.len() + 1);
+    let mut from = 0;
+    let mut shift: isize = 0;
+    for edit in edits {
+        runs.push((from..edit.range.start, shift));
+        shift += edit.len() as isize - edit.range.len() as isize;
+        from = edit.range.end;
+    }
+    runs.push((from..old_len, shift));
+    let new_len = (old_len as isize + shift) as usize;
+    if new_len > old_len {
+        // Grown once, to the exact length.
+        buf.reserve_exact(new_len - old_len);
+        buf.resize(new_len, 0);
+    }
+    // A run moving left can only land on bytes of runs before it, and one
+    // moving right only on bytes of runs after it; and no run lands on a
+    // run's bytes that move the other way (the order of the runs is kept).
+    // So: left-movers first to last, then right-movers last to first.
+    let moved = |run: &Range<usize>, shift: isize| (run.start as isize + shift) as usize;
+    for (run, shift) in runs.iter().filter(|(_, s)| *s < 0) {
+        buf.copy_within(run.clone(), moved(run, *shift));
+    }
+    for (run, shift) in runs.iter().rev().filter(|(_, s)| *s > 0) {
+        buf.copy_within(run.clone(), moved(run, *shift));
+    }
+    // The edits' new text lands between the moved runs.
+    let mut shift: isize = 0;
+    for edit in edits {
+        let at = (edit.range.start as isize + shift) as usize;
+        if let Some(out) = buf.get_mut(at..at + edit.len()) {
+            edit.write(out);
+        }
+        shift += edit.len() as isize - edit.range.len() as isize;
+    }
+    buf.truncate(new_len);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inline::base64::Base64;
+    use proptest::prelude::*;
+
+    /// The reference: a new buffer, written front to back.
+    fn naive(buf: &[u8], edits: &[Edit<'_>]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut from = 0;
+        for edit in edits {
+            out.extend_from_slice(&buf[from..edit.range.start]);
+            let mut text = vec![0; edit.len()];
+            edit.write(&mut text);
+            out.extend_from_slice(&text);
+            from = edit.range.end;
+        }
+        out.extend_from_slice(&buf[from..]);
+        out
+    }
+
+    fn buf_and_edits() -> impl Strategy<Value = (Vec<u8>, Vec<Edit<'static>>)> {
+        (0usize..64).prop_flat_map(|len| {
+            let buf = proptest::collection::vec(any::<u8>(), len);
+            let cuts = proptest::collection::vec(0..=len, 0..8);
+            let texts = proptest::collection::vec(
+                (proptest::collection::vec(any::<u8>(), 0..12), any::<bool>()),
+                8,
+            );
+            (buf, cuts, texts).prop_map(|(buf, mut cuts, texts)| {
+                cuts.sort_unstable();
+                let edits = cuts
+                    .chunks(2)
+                    .zip(texts)
+                    .map(|(pair, (text, quoted))| {
+                        let mut edit = Edit::new(pair[0]..*pair.last().unwrap_or(&pair[0]), text);
+                        if quoted {
+                            edit.parts.insert(0, Part::Slice(b"\""));
+                            edit.push_slice(b"'");
+                            // "ABCDEFGHI": its bytes 3..9, and widened.
+                            let source = Base64::parse(b"QUJDREVGR0hJ").unwrap();
+                            edit.push_decoded(Decoded {
+                                source,
+                                from: 3,
+                                to: 9,
+                                narrow: 1,
+                                wide: 1,
+                            });
+                            edit.push_decoded(Decoded {
+                                source,
+                                from: 0,
+                                to: 3,
+                                narrow: 1,
+                                wide: 2,
+                            });
+                        }
+                        edit
+                    })
+                    .collect();
+                (buf, edits)
+            })
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn apply_equals_writing_a_new_buffer((buf, edits) in buf_and_edits()) {
+            let expected = naive(&buf, &edits);
+            let mut got = buf.clone();
+            apply(&mut got, &edits);
+            prop_assert_eq!(got, expected);
+        }
+    }
+
+    #[test]
+    fn same_length_edits_reuse_the_buffer() {
+        let mut buf = b"{\"a\":\"xyz\",\"b\":1}".to_vec();
+        let before = buf.as_ptr();
+        let mut edit = Edit::new(5..10, b"abc".to_vec());
+        edit.parts.insert(0, Part::Slice(b"\""));
+        edit.parts.push(Part::Slice(b"\""));
+        apply(&mut buf, &[edit]);
+        assert_eq!(buf, b"{\"a\":\"abc\",\"b\":1}");
+        assert_eq!(buf.as_ptr(), before);
+    }
+}
