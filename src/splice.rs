@@ -8,10 +8,16 @@
 //! is a list of [`Part`]s, so that the bulk of it (the prefill's rows text,
 //! or the prefill's rows widened) is written straight into its place rather
 //! than first into a buffer of its own.
+//!
+//! A part may also re-encode text of the buffer itself (the decode's rows,
+//! widened for a wider prefill). Such text would be overwritten before it is
+//! read, so those edits are made into a new buffer of the exact length,
+//! written front to back from the old one: the only case that allocates the
+//! buffer anew, and then once.
 
 use std::ops::Range;
 
-use crate::inline::base64::Decoded;
+use crate::inline::base64::{Base64, Decoded};
 
 /// Replace the bytes `range` of a buffer by the runs `parts`.
 #[derive(Debug, PartialEq, Eq)]
@@ -30,6 +36,16 @@ enum Part<'p> {
     Slice(&'p [u8]),
     /// A run of the prefill's rows, decoded and encoded where it lands.
     Decoded(Decoded<'p>),
+    /// A run of validated base64 text of the buffer being edited (`text`,
+    /// encoding `decoded_len` bytes), decoded and encoded where it lands.
+    Rewritten {
+        text: Range<usize>,
+        decoded_len: usize,
+        from: usize,
+        to: usize,
+        narrow: usize,
+        wide: usize,
+    },
 }
 
 impl<'p> Edit<'p> {
@@ -68,6 +84,32 @@ impl<'p> Edit<'p> {
         self.parts.push(Part::Decoded(run));
     }
 
+    /// Appends a run of the validated base64 text at `text` of the buffer
+    /// being edited, which encodes `decoded_len` bytes: bytes `[from, to)`,
+    /// widened from `narrow` to `wide` (as a [`Decoded`] run).
+    pub(crate) fn push_rewritten(
+        &mut self,
+        text: Range<usize>,
+        decoded_len: usize,
+        [from, to, narrow, wide]: [usize; 4],
+    ) {
+        self.parts.push(Part::Rewritten {
+            text,
+            decoded_len,
+            from,
+            to,
+            narrow,
+            wide,
+        });
+    }
+
+    /// Whether the edit reads the buffer it edits.
+    fn reads_buffer(&self) -> bool {
+        self.parts
+            .iter()
+            .any(|part| matches!(part, Part::Rewritten { .. }))
+    }
+
     /// Appends the text of `run`, rendered now (its source does not outlive
     /// the edit).
     pub(crate) fn push_decoded_now(&mut self, run: Decoded<'_>) {
@@ -84,8 +126,9 @@ impl<'p> Edit<'p> {
         self.parts.iter().map(Part::len).sum()
     }
 
-    /// Writes the replacement into `out`, which is [`Edit::len`] long.
-    fn write(&self, out: &mut [u8]) {
+    /// Writes the replacement into `out`, which is [`Edit::len`] long;
+    /// `buf` is the buffer as it was before any edit.
+    fn write(&self, out: &mut [u8], buf: &[u8]) {
         let mut at = 0;
         for part in &self.parts {
             let len = part.len();
@@ -100,6 +143,24 @@ impl<'p> Edit<'p> {
                 }
                 Part::Slice(bytes) => dst.copy_from_slice(bytes),
                 Part::Decoded(run) => run.write(dst),
+                &Part::Rewritten {
+                    ref text,
+                    decoded_len,
+                    from,
+                    to,
+                    narrow,
+                    wide,
+                } => {
+                    let source = buf.get(text.clone()).unwrap_or_default();
+                    Decoded {
+                        source: Base64::parsed(source, decoded_len),
+                        from,
+                        to,
+                        narrow,
+                        wide,
+                    }
+                    .write(dst)
+                }
             }
             at += len;
         }
@@ -112,6 +173,13 @@ impl Part<'_> {
             Part::Own(range) => range.len(),
             Part::Slice(bytes) => bytes.len(),
             Part::Decoded(run) => run.len(),
+            &Part::Rewritten {
+                from,
+                to,
+                narrow,
+                wide,
+                ..
+            } => to.saturating_sub(from) / narrow.max(1) * wide / 3 * 4,
         }
     }
 }
@@ -120,6 +188,9 @@ impl Part<'_> {
 /// each unchanged run of bytes at most once and allocating nothing when the
 /// length does not change.
 pub(crate) fn apply(buf: &mut Vec<u8>, edits: &[Edit<'_>]) {
+    if edits.iter().any(Edit::reads_buffer) {
+        return rewrite(buf, edits);
+    }
     let old_len = buf.len();
     // The unchanged runs: before each edit, and after the last. A run moves
     // by the total change in length of the edits before it.
@@ -154,11 +225,32 @@ pub(crate) fn apply(buf: &mut Vec<u8>, edits: &[Edit<'_>]) {
     for edit in edits {
         let at = (edit.range.start as isize + shift) as usize;
         if let Some(out) = buf.get_mut(at..at + edit.len()) {
-            edit.write(out);
+            edit.write(out, &[]);
         }
         shift += edit.len() as isize - edit.range.len() as isize;
     }
     buf.truncate(new_len);
+}
+
+/// [`apply`] into a new buffer of the exact length, written front to back
+/// from the old one, which the edits may read.
+fn rewrite(buf: &mut Vec<u8>, edits: &[Edit<'_>]) {
+    let new_len = edits.iter().fold(buf.len(), |len, edit| {
+        (len + edit.len()).saturating_sub(edit.range.len())
+    });
+    let mut out = Vec::with_capacity(new_len);
+    let mut from = 0;
+    for edit in edits {
+        out.extend_from_slice(buf.get(from..edit.range.start).unwrap_or_default());
+        let at = out.len();
+        out.resize(at + edit.len(), 0);
+        if let Some(dst) = out.get_mut(at..) {
+            edit.write(dst, buf);
+        }
+        from = edit.range.end;
+    }
+    out.extend_from_slice(buf.get(from..).unwrap_or_default());
+    *buf = out;
 }
 
 #[cfg(test)]
@@ -174,7 +266,7 @@ mod tests {
         for edit in edits {
             out.extend_from_slice(&buf[from..edit.range.start]);
             let mut text = vec![0; edit.len()];
-            edit.write(&mut text);
+            edit.write(&mut text, buf);
             out.extend_from_slice(&text);
             from = edit.range.end;
         }

@@ -311,8 +311,8 @@ fn growing_merges_allocate_about_the_growth() {
 }
 
 /// A prefill wider than the decode (compact only): the decode's rows from the
-/// cut are widened too, so the merged text is new. It is rendered once, at
-/// its exact length, and the body grows to hold it.
+/// cut are widened too, so the merged text is new, and so is the body that
+/// holds it: allocated once, at its exact length.
 #[test]
 fn a_wider_prefill_makes_the_text_once() {
     let (prompt, n) = (16_000, 32_000);

@@ -177,9 +177,11 @@ impl Scanner<'_> {
     }
 
     fn whitespace(&mut self) {
-        while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.peek() {
-            self.at += 1;
-        }
+        let rest = self.text.get(self.at..).unwrap_or_default();
+        self.at += rest
+            .iter()
+            .position(|b| !matches!(b, b' ' | b'\n' | b'\t' | b'\r'))
+            .unwrap_or(rest.len());
     }
 
     /// Reads one value at `self.at` (no leading whitespace), recording it as
@@ -501,17 +503,20 @@ impl Scanner<'_> {
                 None => return Err(self.invalid("EOF while parsing a value")),
             }
         }
+        let mut exponent_digits = 0;
         if let Some(b'e' | b'E') = self.peek() {
             plain = false;
             self.at += 1;
             if let Some(b'+' | b'-') = self.peek() {
                 self.at += 1;
             }
+            let digits = self.at;
             match self.peek() {
                 Some(b'0'..=b'9') => self.digits(),
                 Some(_) => return Err(self.invalid("invalid number")),
                 None => return Err(self.invalid("EOF while parsing a value")),
             }
+            exponent_digits = self.at - digits;
         }
         // serde_json refuses a number whose value overflows an f64. Only a
         // long one can: a short one is read by serde_json itself to decide.
@@ -519,7 +524,7 @@ impl Scanner<'_> {
         let long = if plain {
             int_digits > 300
         } else {
-            self.at - start > 300 || exponent_digits(self.text.get(start..self.at)) > 2
+            self.at - start > 300 || exponent_digits > 2
         };
         if long {
             let text = self.text.get(start..self.at).unwrap_or_default();
@@ -532,25 +537,14 @@ impl Scanner<'_> {
     }
 
     fn digits(&mut self) {
-        while let Some(b'0'..=b'9') = self.peek() {
-            self.at += 1;
-        }
+        let rest = self.text.get(self.at..).unwrap_or_default();
+        self.at += rest
+            .iter()
+            .position(|b| !b.is_ascii_digit())
+            .unwrap_or(rest.len());
     }
 }
 
-/// How many digits the exponent of a number's text has (0 without one).
-fn exponent_digits(text: Option<&[u8]>) -> usize {
-    let text = text.unwrap_or_default();
-    match text.iter().position(|&b| b == b'e' || b == b'E') {
-        Some(e) => text
-            .get(e + 1..)
-            .unwrap_or_default()
-            .iter()
-            .filter(|b| b.is_ascii_digit())
-            .count(),
-        None => 0,
-    }
-}
 
 /// The length of the run of string bytes at the start of `text` that need no
 /// attention: printable ASCII other than `"` and `\`. Checks 32 bytes at a
