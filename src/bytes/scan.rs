@@ -177,11 +177,9 @@ impl Scanner<'_> {
     }
 
     fn whitespace(&mut self) {
-        let rest = self.text.get(self.at..).unwrap_or_default();
-        self.at += rest
-            .iter()
-            .position(|b| !matches!(b, b' ' | b'\n' | b'\t' | b'\r'))
-            .unwrap_or(rest.len());
+        while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.peek() {
+            self.at += 1;
+        }
     }
 
     /// Reads one value at `self.at` (no leading whitespace), recording it as
@@ -537,14 +535,11 @@ impl Scanner<'_> {
     }
 
     fn digits(&mut self) {
-        let rest = self.text.get(self.at..).unwrap_or_default();
-        self.at += rest
-            .iter()
-            .position(|b| !b.is_ascii_digit())
-            .unwrap_or(rest.len());
+        while let Some(b'0'..=b'9') = self.peek() {
+            self.at += 1;
+        }
     }
 }
-
 
 /// The length of the run of string bytes at the start of `text` that need no
 /// attention: printable ASCII other than `"` and `\`. Checks 32 bytes at a
