@@ -84,6 +84,22 @@ pub fn compact(
     (prefill, json!({"choices": choices}))
 }
 
+/// An inline compact pair whose decode starts where the prefill does (as
+/// vLLM's decode instance reports every position): prompt `positions / 2`
+/// rows, decode `positions` rows from position 0, `n` decode choices.
+pub fn compact_from_zero(
+    positions: usize,
+    prefill_itemsize: usize,
+    decode_itemsize: usize,
+    n: usize,
+) -> (Value, Value) {
+    let (prefill, mut decode) = compact(positions, prefill_itemsize, decode_itemsize, n);
+    for choice in decode["choices"].as_array_mut().into_iter().flatten() {
+        choice["routed_experts"]["start"] = json!(0);
+    }
+    (prefill, decode)
+}
+
 /// A `.npy` file as NumPy writes it: version 1.0, header padded to 64 bytes.
 pub fn npy_file(itemsize: usize, n: usize, data: &[u8]) -> Vec<u8> {
     let descr = if itemsize == 1 { "|u1" } else { "<u2" };
