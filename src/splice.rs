@@ -235,22 +235,43 @@ pub(crate) fn apply(buf: &mut Vec<u8>, edits: &[Edit<'_>]) {
 /// [`apply`] into a new buffer of the exact length, written front to back
 /// from the old one, which the edits may read.
 fn rewrite(buf: &mut Vec<u8>, edits: &[Edit<'_>]) {
-    let new_len = edits.iter().fold(buf.len(), |len, edit| {
+    let mut out = vec![0; new_len(buf.len(), edits)];
+    write_into(buf, edits, &mut out);
+    *buf = out;
+}
+
+/// The length of a buffer of `len` bytes after `edits`.
+pub(crate) fn new_len(len: usize, edits: &[Edit<'_>]) -> usize {
+    edits.iter().fold(len, |len, edit| {
         (len + edit.len()).saturating_sub(edit.range.len())
-    });
-    let mut out = Vec::with_capacity(new_len);
+    })
+}
+
+/// Writes `buf` with `edits` made into `out`, which is
+/// [`new_len`]`(buf.len(), edits)` long, front to back; `buf` is unchanged.
+pub(crate) fn write_into(buf: &[u8], edits: &[Edit<'_>], out: &mut [u8]) {
+    fn copy(bytes: &[u8], out: &mut [u8], at: &mut usize) {
+        if let Some(dst) = out.get_mut(*at..*at + bytes.len()) {
+            dst.copy_from_slice(bytes);
+        }
+        *at += bytes.len();
+    }
+    let mut at = 0;
     let mut from = 0;
     for edit in edits {
-        out.extend_from_slice(buf.get(from..edit.range.start).unwrap_or_default());
-        let at = out.len();
-        out.resize(at + edit.len(), 0);
-        if let Some(dst) = out.get_mut(at..) {
+        copy(
+            buf.get(from..edit.range.start).unwrap_or_default(),
+            out,
+            &mut at,
+        );
+        let len = edit.len();
+        if let Some(dst) = out.get_mut(at..at + len) {
             edit.write(dst, buf);
         }
+        at += len;
         from = edit.range.end;
     }
-    out.extend_from_slice(buf.get(from..).unwrap_or_default());
-    *buf = out;
+    copy(buf.get(from..).unwrap_or_default(), out, &mut at);
 }
 
 #[cfg(test)]
@@ -323,7 +344,11 @@ mod tests {
             let expected = naive(&buf, &edits);
             let mut got = buf.clone();
             apply(&mut got, &edits);
-            prop_assert_eq!(got, expected);
+            prop_assert_eq!(&got, &expected);
+            // And into a buffer of the caller's, the input untouched.
+            let mut out = vec![0xee; new_len(buf.len(), &edits)];
+            write_into(&buf, &edits, &mut out);
+            prop_assert_eq!(out, expected);
         }
     }
 

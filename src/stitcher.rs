@@ -220,6 +220,27 @@ impl Stitcher {
         crate::bytes::merge(self.mode(INLINE), prefill, decode)
     }
 
+    /// The bytes merge of the rows `what` names, reading `decode` where it is
+    /// and handing the merged decode to `write` as a
+    /// [`Stitched`](crate::bytes::Stitched), which
+    /// says how long it is and writes it into a buffer the caller allocates:
+    /// the merged decode is written once, and nothing of `decode` is copied
+    /// first (see [`bytes`](crate::bytes)). `Ok(None)` when there is nothing
+    /// to stitch; `write` is not called then, nor on error.
+    ///
+    /// # Errors
+    ///
+    /// As [`merge_bytes_for_pd`](Stitcher::merge_bytes_for_pd).
+    pub fn merge_bytes_with<R>(
+        &self,
+        prefill: &[u8],
+        decode: &[u8],
+        what: crate::bytes::Stitch,
+        write: impl FnOnce(crate::bytes::Stitched<'_>) -> R,
+    ) -> Result<Option<R>, Error> {
+        crate::bytes::merge_with(self.mode(what.kinds()), prefill, decode, write)
+    }
+
     /// [`prefill_has_routed_experts`](Stitcher::prefill_has_routed_experts) on
     /// raw JSON bytes.
     ///

@@ -20,6 +20,7 @@ mod support;
 
 use std::ops::Range;
 
+use pd_stitch::bytes::Stitch;
 use pd_stitch::testing::{cases, Knobs};
 use pd_stitch::{Error, Stitcher};
 use proptest::prelude::*;
@@ -234,23 +235,27 @@ fn with_canary(mut decode: Value) -> Value {
 type ValueFn = fn(&Stitcher, &Value, &mut Value) -> Result<bool, Error>;
 type BytesFn = fn(&Stitcher, &[u8], &mut Vec<u8>) -> Result<bool, Error>;
 
-/// The three merges, as (name, Value method, bytes method).
-fn merges() -> [(&'static str, ValueFn, BytesFn); 3] {
+/// The three merges, as (name, Value method, bytes method, what
+/// `merge_bytes_with` is told to stitch).
+fn merges() -> [(&'static str, ValueFn, BytesFn, Stitch); 3] {
     [
         (
             "for_pd",
             Stitcher::merge_routed_experts_for_pd,
             Stitcher::merge_bytes_for_pd,
+            Stitch::ForPd,
         ),
         (
             "payload",
             Stitcher::merge_routed_payload_in_json,
             Stitcher::merge_bytes_payload,
+            Stitch::Payload,
         ),
         (
             "inline",
             Stitcher::merge_routed_experts_in_json,
             Stitcher::merge_bytes_inline,
+            Stitch::Inline,
         ),
     ]
 }
@@ -343,11 +348,33 @@ fn check(
     // The reference reads the same texts.
     let pvalue: Value = serde_json::from_slice(&ptext).expect("the writer writes JSON");
     let dvalue: Value = serde_json::from_slice(&dtext).expect("the writer writes JSON");
-    for (name, by_value, by_bytes) in merges() {
+    for (name, by_value, by_bytes, what) in merges() {
         let mut merged = dvalue.clone();
         let expected = by_value(stitcher, &pvalue, &mut merged);
         let mut out = dtext.clone();
         let got = by_bytes(stitcher, &ptext, &mut out);
+        // Into a buffer of the caller's: the same answer, the same bytes.
+        let written = stitcher.merge_bytes_with(&ptext, &dtext, what, |stitched| {
+            let mut buf = vec![0; stitched.len()];
+            let wrong = vec![0; stitched.len() + 1];
+            (
+                stitched.write_into(&mut buf),
+                buf,
+                stitched.write_into(&mut wrong.clone()),
+            )
+        });
+        match (&got, written) {
+            (Ok(true), Ok(Some((true, buf, false)))) => prop_assert_eq!(&buf, &out, "{}", name),
+            (Ok(false), Ok(None)) => {}
+            (Err(a), Err(b)) => prop_assert_eq!(a, &b, "{}", name),
+            (got, written) => prop_assert!(
+                false,
+                "{}: {:?} vs {:?}",
+                name,
+                got,
+                written.map(|w| w.map(|(ok, _, wrong)| (ok, wrong)))
+            ),
+        }
         match (&expected, &got) {
             (Ok(a), Ok(b)) => prop_assert_eq!(a, b, "{}", name),
             (Err(a), Err(b)) => {
@@ -469,12 +496,14 @@ proptest! {
         };
         let text = if on_decode { &dtext } else { &ptext };
         prop_assume!(serde_json::from_slice::<Value>(text).is_err());
-        for (name, _, by_bytes) in merges() {
+        for (name, _, by_bytes, what) in merges() {
             let mut out = dtext.clone();
             let got = by_bytes(&Stitcher::new(), &ptext, &mut out);
             let is_json_error = matches!(&got, Err(Error::Json { side: s, .. }) if *s == side);
             prop_assert!(is_json_error, "{}: {:?}", name, got);
             prop_assert_eq!(&out, &dtext, "{}", name);
+            let with = Stitcher::new().merge_bytes_with(&ptext, &dtext, what, |s| s.len());
+            prop_assert_eq!(with, got.map(|_| None), "{}", name);
         }
         if !on_decode {
             let got = Stitcher::new().prefill_bytes_has_routed_experts(&ptext);

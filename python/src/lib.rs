@@ -17,15 +17,21 @@
 //! - `gather` hands the bytes it read to NumPy without copying them (a
 //!   `Vec<u8>` becomes the array's buffer, viewed as the rows' dtype).
 //!
-//! The binding needs no `unsafe`: PyO3 and the `numpy` crate keep it behind
-//! safe interfaces.
+//! One function needs `unsafe`, and it stays in this file:
+//! [`bytes_written_detached`], which creates a `bytes` object and fills it
+//! with the GIL released. PyO3's safe constructor zeroes the new buffer with
+//! the GIL held, which for the tens of megabytes of inline rows is tens of
+//! milliseconds (mostly page faults) in which no other thread of a proxy
+//! runs. Everything else goes through PyO3's and the `numpy` crate's safe
+//! interfaces.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 use std::borrow::Cow;
 use std::path::PathBuf;
 
 use numpy::PyArray1;
+use pd_stitch::bytes::Stitch;
 use pd_stitch::gather::{self, GatherError, Store};
 use pd_stitch::{Error, Side, Stitcher};
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -415,7 +421,7 @@ fn merge<'py>(
     let stitcher = stitcher(fields, strict)?;
     let prefill_body = body(prefill, "prefill")?;
     match body(decode, "decode")? {
-        Body::Text(decode_text) => {
+        Body::Text(decode_text) if decode.is_instance_of::<PyString>() => {
             let prefill_text = text(prefill, prefill_body)?;
             let mut out = decode_text.into_owned();
             let merged = py
@@ -428,12 +434,33 @@ fn merge<'py>(
             if !merged {
                 return Ok(decode.clone());
             }
-            if decode.is_instance_of::<PyString>() {
-                let text =
-                    String::from_utf8(out).map_err(|e| PyValueError::new_err(e.to_string()))?;
-                Ok(PyString::new(py, &text).into_any())
-            } else {
-                Ok(PyBytes::new(py, &out).into_any())
+            let text = String::from_utf8(out).map_err(|e| PyValueError::new_err(e.to_string()))?;
+            Ok(PyString::new(py, &text).into_any())
+        }
+        Body::Text(decode_text) => {
+            // Bytes out: the merged decode is written once, straight into the
+            // new `bytes` object, from the decode where it is.
+            let prefill_text = text(prefill, prefill_body)?;
+            let what = match kind {
+                Kind::ForPd => Stitch::ForPd,
+                Kind::Payload => Stitch::Payload,
+                Kind::Inline => Stitch::Inline,
+            };
+            let merged = py
+                .detach(|| {
+                    stitcher.merge_bytes_with(&prefill_text, &decode_text, what, |stitched| {
+                        Python::attach(|py| {
+                            bytes_written_detached(py, stitched.len(), |buf| {
+                                stitched.write_into(buf);
+                            })
+                            .map(Bound::unbind)
+                        })
+                    })
+                })
+                .map_err(|e| stitch_error(py, &e))?;
+            match merged {
+                None => Ok(decode.clone()),
+                Some(bytes) => Ok(bytes?.into_bound(py).into_any()),
             }
         }
         Body::Dict => {
@@ -459,6 +486,49 @@ fn merge<'py>(
             }
         }
     }
+}
+
+/// A new `bytes` object of `len` bytes, written by `fill` with the GIL
+/// released: only the allocation holds the GIL.
+#[allow(unsafe_code)]
+fn bytes_written_detached<'py>(
+    py: Python<'py>,
+    len: usize,
+    fill: impl FnOnce(&mut [u8]) + Send,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let size = pyo3::ffi::Py_ssize_t::try_from(len)
+        .map_err(|_| PyValueError::new_err(format!("{len} bytes do not fit a bytes object")))?;
+    // SAFETY: with a null pointer, PyBytes_FromStringAndSize returns a new
+    // reference to a new bytes object of `size` bytes left for the caller to
+    // fill, or null with an exception set, which `from_owned_ptr_or_err`
+    // turns into the error.
+    let object = unsafe {
+        Bound::from_owned_ptr_or_err(
+            py,
+            pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), size),
+        )?
+    };
+    let object = object.cast_into::<PyBytes>()?;
+    // SAFETY: the buffer of that bytes object: `len` writable bytes that
+    // nothing else can reach until the object is returned (it is in no
+    // container and no other thread has it), so writing them without the
+    // GIL races with nothing. Zeroed through the raw pointer before the
+    // slice is made, so the slice never covers uninitialized memory.
+    let buffer = unsafe { pyo3::ffi::PyBytes_AsString(object.as_ptr()) }.cast::<u8>();
+    if buffer.is_null() {
+        return Err(PyErr::fetch(py));
+    }
+    let address = buffer as usize; // a plain number, so the closure is Send
+    py.detach(move || {
+        let buffer = address as *mut u8;
+        // SAFETY: as above; `buffer` points at `len` bytes of this object.
+        let out = unsafe {
+            std::ptr::write_bytes(buffer, 0, len);
+            std::slice::from_raw_parts_mut(buffer, len)
+        };
+        fill(out);
+    });
+    Ok(object)
 }
 
 /// Stitches `prefill` into `decode`, inline rows and rows by handle at once.

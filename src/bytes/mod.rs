@@ -47,6 +47,36 @@
 //! [`Stitcher`](crate::Stitcher) has the same four with its own fields:
 //! `merge_bytes_for_pd`, `merge_bytes_payload`, `merge_bytes_inline` and
 //! `prefill_bytes_has_routed_experts`.
+//!
+//! ## Into a buffer of your own
+//!
+//! A decode held in a buffer the merge may not grow (an immutable body, a
+//! Python `bytes`) would be copied into a `Vec` to be merged, and copied out
+//! again. [`Stitcher::merge_bytes_with`](crate::Stitcher::merge_bytes_with)
+//! reads it where it is and hands a [`Stitched`] to a closure, which learns
+//! the merged length and writes the merged decode once, into memory it
+//! allocates:
+//!
+//! ```
+//! use pd_stitch::bytes::Stitch;
+//! use pd_stitch::Stitcher;
+//!
+//! let prefill = br#"{"choices": [{"routed_experts": {"data": "AQID", "shape": [1, 1, 3], "start": 0, "dtype": "uint8"}}]}"#;
+//! let decode = br#"{"choices": [{"routed_experts": {"data": "AAAABAUG", "shape": [2, 1, 3], "start": 0, "dtype": "uint8"}}]}"#;
+//!
+//! let merged = Stitcher::new()
+//!     .merge_bytes_with(prefill, decode, Stitch::ForPd, |stitched| {
+//!         let mut out = vec![0; stitched.len()];
+//!         assert!(stitched.write_into(&mut out));
+//!         out
+//!     })?
+//!     .expect("the prefill has rows to stitch");
+//! assert_eq!(
+//!     merged,
+//!     br#"{"choices": [{"routed_experts": {"data": "AQIDBAUG", "shape": [2,1,3], "start": 0, "dtype": "uint8"}}]}"#
+//! );
+//! # Ok::<(), pd_stitch::Error>(())
+//! ```
 
 mod scan;
 mod view;
@@ -54,7 +84,8 @@ mod write;
 
 use crate::error::{Error, Side};
 use crate::fields::DEFAULT_FIELDS;
-use crate::merge::{self, default_mode, Mode, BOTH, BY_HANDLE, INLINE};
+use crate::merge::{self, default_mode, Kinds, Mode, BOTH, BY_HANDLE, INLINE};
+use crate::splice::{self, Edit};
 
 use scan::Doc;
 use view::Node;
@@ -128,6 +159,92 @@ pub(crate) fn merge<S: AsRef<str>>(
     };
     crate::splice::apply(decode, &edits);
     Ok(true)
+}
+
+/// Which rows a merge stitches: those of the entry point of the same name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stitch {
+    /// Inline rows and rows by handle, as
+    /// [`merge_routed_experts_for_pd`](crate::merge_routed_experts_for_pd).
+    ForPd,
+    /// Rows by handle only, as
+    /// [`merge_routed_payload_in_json`](crate::merge_routed_payload_in_json).
+    Payload,
+    /// Inline rows only, as
+    /// [`merge_routed_experts_in_json`](crate::merge_routed_experts_in_json).
+    Inline,
+}
+
+impl Stitch {
+    pub(crate) fn kinds(self) -> Kinds {
+        match self {
+            Stitch::ForPd => BOTH,
+            Stitch::Payload => BY_HANDLE,
+            Stitch::Inline => INLINE,
+        }
+    }
+}
+
+/// A merged decode, planned and validated but not yet written: how long it
+/// is, and a way to write it into a buffer of that length. Given to the
+/// closure of [`Stitcher::merge_bytes_with`](crate::Stitcher::merge_bytes_with).
+pub struct Stitched<'a> {
+    decode: &'a [u8],
+    edits: &'a [Edit<'a>],
+    len: usize,
+}
+
+impl Stitched<'_> {
+    /// The length of the merged decode, in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the merged decode is empty (it never is: it is JSON).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Writes the merged decode into `out`, front to back, when `out` is
+    /// exactly [`Stitched::len`] bytes long; otherwise writes nothing and
+    /// returns `false`.
+    pub fn write_into(&self, out: &mut [u8]) -> bool {
+        if out.len() != self.len {
+            return false;
+        }
+        splice::write_into(self.decode, self.edits, out);
+        true
+    }
+}
+
+impl std::fmt::Debug for Stitched<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stitched")
+            .field("len", &self.len)
+            .field("edits", &self.edits.len())
+            .finish()
+    }
+}
+
+/// The bytes merge as `mode` says, written by `write` from a [`Stitched`];
+/// `None` when there is nothing to stitch.
+pub(crate) fn merge_with<S: AsRef<str>, R>(
+    mode: Mode<'_, S>,
+    prefill: &[u8],
+    decode: &[u8],
+    write: impl FnOnce(Stitched<'_>) -> R,
+) -> Result<Option<R>, Error> {
+    let prefill_doc = scan(Side::Prefill, prefill)?;
+    let doc = scan(Side::Decode, decode)?;
+    let Some(plan) = merge::plan(mode, Node::root(&prefill_doc), Node::root(&doc))? else {
+        return Ok(None);
+    };
+    let edits = write::edits(plan, Node::root(&prefill_doc), &doc);
+    Ok(Some(write(Stitched {
+        decode,
+        len: splice::new_len(decode.len(), &edits),
+        edits: &edits,
+    })))
 }
 
 /// Whether the prefill text has rows of `fields` (or inline rows) to stitch.

@@ -534,7 +534,16 @@ impl Scanner<'_> {
         Ok(())
     }
 
+    /// Skips a run of digits, eight at a time (numbers are most of the
+    /// bytes of `token_ids` and `logprobs`).
     fn digits(&mut self) {
+        while let Some(chunk) = self.text.get(self.at..).and_then(<[u8]>::first_chunk::<8>) {
+            let stop = first_non_digit(u64::from_le_bytes(*chunk));
+            self.at += stop;
+            if stop < 8 {
+                return;
+            }
+        }
         while let Some(b'0'..=b'9') = self.peek() {
             self.at += 1;
         }
@@ -560,6 +569,18 @@ fn plain_run(text: &[u8]) -> usize {
         .iter()
         .position(|&b| is_special(b))
         .unwrap_or(text.len() - done)
+}
+
+/// The index of the first byte of `word` (eight bytes, little-endian) that is
+/// not an ASCII digit; 8 when all are. A byte below `'0'` sets its top bit
+/// when `'0'` is taken from it, one above `'9'` when 0x46 is added to it (and
+/// so does every byte from 0x80). Borrows and carries only run towards later
+/// bytes, and none leaves a digit: the first byte flagged is the first that
+/// is not a digit.
+fn first_non_digit(word: u64) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    let flags = (word.wrapping_sub(ONES * 0x30) | word.wrapping_add(ONES * 0x46)) & (ONES * 0x80);
+    (flags.trailing_zeros() / 8) as usize
 }
 
 /// Whether `b` ends a run of plain string characters: outside 0x20..0x80
@@ -634,6 +655,30 @@ pub(crate) fn unescape(raw: &[u8], out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every byte value at every place after a run of digits, the bytes
+    /// after it anything: the count is the place exactly when the byte is not
+    /// a digit.
+    #[test]
+    fn first_non_digit_finds_the_first_byte_outside_0_to_9() {
+        for place in 0..8 {
+            for byte in 0..=255u8 {
+                for after in [0x00, 0x35, 0xff] {
+                    let mut word = [b'7'; 8];
+                    word[place] = byte;
+                    for later in word.iter_mut().skip(place + 1) {
+                        *later = after;
+                    }
+                    let expected = word.iter().position(|b| !b.is_ascii_digit()).unwrap_or(8);
+                    assert_eq!(
+                        first_non_digit(u64::from_le_bytes(word)),
+                        expected,
+                        "{word:?}"
+                    );
+                }
+            }
+        }
+    }
 
     fn same_as_serde(text: &[u8]) {
         let ours = Doc::scan(text).map(|_| ());
