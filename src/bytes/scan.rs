@@ -15,7 +15,11 @@ use std::borrow::Cow;
 use std::ops::Range;
 
 use crate::fields::ROUTED_EXPERTS;
-use crate::inline::base64::alphabet_run;
+use crate::inline::base64::{alphabet_run, in_alphabet};
+
+/// How many bytes of a string are read one at a time before the chunked
+/// scans take over.
+const SHORT: usize = 24;
 use crate::view::Kind;
 
 /// Nesting `serde_json` refuses: its recursion limit of 128 is reached at the
@@ -373,10 +377,23 @@ impl Scanner<'_> {
     /// how many leading bytes of its text are base64 alphabet characters.
     fn string_counted(&mut self) -> Result<(bool, usize), Invalid> {
         self.at += 1; // '"'
+                      // Most strings are short (keys, names, paths): when one ends within
+                      // its first bytes, read it a byte at a time, before the chunked scans
+                      // that pay off on long ones.
+        let rest = self.text.get(self.at..).unwrap_or_default();
+        let head = rest.get(..SHORT).unwrap_or(rest);
+        if let Some(end) = head.iter().position(|&b| is_special(b)) {
+            if head.get(end) == Some(&b'"') {
+                let text = head.get(..end).unwrap_or_default();
+                let alphabet = text.iter().position(|&b| !in_alphabet(b)).unwrap_or(end);
+                self.at += end + 1;
+                return Ok((false, alphabet));
+            }
+        }
         let mut escaped = false;
         // The alphabet first: a run of it is plain string text too, and
         // base64 rows are all alphabet but for their padding.
-        let alphabet = alphabet_run(self.text.get(self.at..).unwrap_or_default());
+        let alphabet = alphabet_run(rest);
         self.at += alphabet;
         loop {
             self.at += plain_run(self.text.get(self.at..).unwrap_or_default());

@@ -52,6 +52,16 @@ impl<'d> Node<'d> {
         }))
     }
 
+    /// Whether the key of an object member is `key` (compared as bytes,
+    /// unescaped only when it has escapes).
+    fn key_is(self, key: &str) -> bool {
+        match self.node() {
+            Some(node) if !node.key_escaped => self.doc.slice(node.key.clone()) == key.as_bytes(),
+            Some(_) => self.key() == key,
+            None => key.is_empty(),
+        }
+    }
+
     /// The key of an object member, unescaped.
     fn key(self) -> Cow<'d, str> {
         match self.node() {
@@ -103,7 +113,7 @@ impl<'d> View<'d> for Node<'d> {
         if self.kind() != Kind::Object {
             return None;
         }
-        self.children()?.filter(|member| member.key() == key).last()
+        self.children()?.filter(|member| member.key_is(key)).last()
     }
 
     fn elements(self) -> Option<impl Iterator<Item = Self> + 'd> {
