@@ -25,20 +25,46 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use serde_json::Value;
 
+/// This process's minor page faults so far (`/proc/self/stat`, field 10);
+/// 0 where there is no such file.
+fn minor_faults() -> u64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|stat| {
+            // The command name (field 2) may hold spaces: count after it.
+            let rest = stat.rsplit_once(')')?.1;
+            rest.split_whitespace().nth(7)?.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
 /// Median of `samples` timings of `merge` on fresh clones of `decode`.
 fn time<T: Clone, R>(
     decode: &T,
     samples: usize,
     fresh: bool,
-    mut merge: impl FnMut(&mut T) -> R,
+    merge: impl FnMut(&mut T) -> R,
 ) -> Duration {
+    time_and_faults(decode, samples, fresh, merge).0
+}
+
+/// [`time`], and the median of the page faults each merge took.
+fn time_and_faults<T: Clone, R>(
+    decode: &T,
+    samples: usize,
+    fresh: bool,
+    mut merge: impl FnMut(&mut T) -> R,
+) -> (Duration, u64) {
     let mut times = Vec::with_capacity(samples);
+    let mut faults = Vec::with_capacity(samples);
     let mut kept = Vec::new();
     for _ in 0..samples {
         let mut d = decode.clone();
+        let before = minor_faults();
         let start = Instant::now();
         let r = merge(&mut d);
         times.push(start.elapsed());
+        faults.push(minor_faults().saturating_sub(before));
         if fresh {
             kept.push((d, r));
         } else {
@@ -47,7 +73,8 @@ fn time<T: Clone, R>(
     }
     drop(kept);
     times.sort();
-    times[times.len() / 2]
+    faults.sort();
+    (times[times.len() / 2], faults[faults.len() / 2])
 }
 
 fn ms(d: Duration) -> f64 {
@@ -104,8 +131,8 @@ fn main() {
         positions / 2048,
         positions / 1024
     );
-    println!("| case | encode | bytes, fresh | bytes, warm | Value, fresh | Value, warm |");
-    println!("|---|---|---|---|---|---|");
+    println!("| case | encode | bytes, fresh | bytes, warm | Value, fresh | Value, warm | page faults per merge, fresh (bytes / Value) |");
+    println!("|---|---|---|---|---|---|---|");
     for (name, make, p, d, rows) in cases {
         let (prefill, decode) = make(positions, p, d, 1);
         let pb = serde_json::to_vec(&prefill).expect("JSON");
@@ -135,23 +162,26 @@ fn main() {
             base64::engine::general_purpose::STANDARD.encode(&*m)
         });
         let bytes = |fresh| {
-            time(&db, samples, fresh, |d| {
+            time_and_faults(&db, samples, fresh, |d| {
                 pd_stitch::bytes::merge_routed_experts_for_pd(&pb, d)
             })
         };
         let value = |fresh| {
-            time(&decode, samples, fresh, |d| {
+            time_and_faults(&decode, samples, fresh, |d| {
                 pd_stitch::merge_routed_experts_for_pd(&prefill, d)
             })
         };
-        let cell = |t: Duration| format!("{:.2} ({:.2}x)", ms(t), ms(t) / ms(encode));
+        let cell = |(t, _): (Duration, u64)| format!("{:.2} ({:.2}x)", ms(t), ms(t) / ms(encode));
+        let (bytes_fresh, value_fresh) = (bytes(true), value(true));
         println!(
-            "| {name} | {:.2} | {} | {} | {} | {} |",
+            "| {name} | {:.2} | {} | {} | {} | {} | {} / {} |",
             ms(encode),
-            cell(bytes(true)),
+            cell(bytes_fresh),
             cell(bytes(false)),
-            cell(value(true)),
+            cell(value_fresh),
             cell(value(false)),
+            bytes_fresh.1,
+            value_fresh.1,
         );
     }
 

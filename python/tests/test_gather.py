@@ -98,8 +98,6 @@ def test_gather_errors_are_stitch_errors(tmp_path):
         assert (err.value.kind, err.value.location) == (kind, location), str(err.value)
 
 
-@pytest.mark.xfail(strict=True, raises=pd_stitch.StitchError,
-                   reason="gather refuses segments of differing unsigned widths (issue 15's strict allows them)")
 def test_gather_widens_mixed_unsigned_widths(tmp_path):
     (tmp_path / "p.bin").write_bytes(bytes([1, 2, 3, 4]))
     (tmp_path / "d.bin").write_bytes(np.array([500, 600], "<u2").tobytes())

@@ -135,7 +135,8 @@ impl Gathered {
 /// # Errors
 ///
 /// [`GatherError`]: a malformed segment or choice, a gap or an overlap between
-/// segments, segments that disagree on dtype or shape, a missing or short
+/// segments, segments that disagree on dtype (other than unsigned integers
+/// of different widths, which are read as the widest) or shape, a missing or short
 /// file, a file outside `root`, or no rows at all.
 pub fn gather(
     response: &Value,
@@ -192,13 +193,18 @@ pub fn gather_from(
 /// The rows of a checked layout, read from `store` in position order.
 fn read_layout(layout: Layout<'_>, store: &Store, choice: usize) -> Result<Gathered, GatherError> {
     let mut data = Vec::new();
+    let mut narrow = Vec::new();
+    let wide = usize::try_from(layout.dtype.itemsize()).unwrap_or(8);
     for (j, segment) in &layout.in_order {
-        store.read(
-            segment.file(),
-            segment.byte_range(),
-            || item_at(Side::Response, choice, *j),
-            &mut data,
-        )?;
+        let at = || item_at(Side::Response, choice, *j);
+        let itemsize = usize::try_from(segment.dtype().itemsize()).unwrap_or(8);
+        if itemsize == wide {
+            store.read(segment.file(), segment.byte_range(), at, &mut data)?;
+        } else {
+            narrow.clear();
+            store.read(segment.file(), segment.byte_range(), at, &mut narrow)?;
+            inline::base64::widen(&narrow, itemsize, wide, &mut data);
+        }
     }
     Ok(Gathered {
         positions: layout.positions,
@@ -335,8 +341,9 @@ pub(super) fn segments_of<'a>(
     })
 }
 
-/// Segments checked to tile their positions: one dtype and shape, no gap, no
-/// overlap, in position order (empty segments left out).
+/// Segments checked to tile their positions: one dtype (or unsigned integers
+/// of any widths, read as the widest) and one row shape, no gap, no overlap,
+/// in position order (empty segments left out).
 struct Layout<'s> {
     in_order: Vec<&'s (usize, Segment<String>)>,
     positions: Rows,
@@ -355,8 +362,16 @@ fn layout<'s>(
             field: field.to_owned(),
         });
     };
+    // Unsigned integers of different widths are the same ids (upstream
+    // writes a uint8 prompt and a uint16 completion): read as the widest.
+    let unsigned = segments.iter().all(|(_, s)| s.dtype().is_unsigned());
+    let dtype = segments
+        .iter()
+        .map(|(_, s)| s.dtype())
+        .max_by_key(|d| d.itemsize())
+        .unwrap_or(first.dtype());
     for (j, segment) in segments {
-        let what = if segment.dtype() != first.dtype() {
+        let what = if segment.dtype() != first.dtype() && !unsigned {
             "dtype"
         } else if segment.shape() != first.shape() {
             "shape"
@@ -403,7 +418,7 @@ fn layout<'s>(
     Ok(Layout {
         in_order,
         positions,
-        dtype: first.dtype(),
+        dtype,
         shape: first.shape().to_vec(),
     })
 }

@@ -346,3 +346,44 @@ fn check_uses_the_layout_rule_for_dtypes() {
         ["choices[0] routed_experts: read in payload order (segments by payload index), segment 2 has dtype float16 but segment 1 has uint8 (only unsigned integers mix)"]
     );
 }
+
+/// Unsigned integers of different widths (a uint8 prompt, a uint16
+/// completion) are gathered as the widest, values kept; a signed or float
+/// segment among them is still refused.
+#[test]
+fn mixed_unsigned_widths_are_gathered_as_the_widest() {
+    let mut store = Store::memory();
+    store.write("p.bin", vec![1, 2, 3, 4]).unwrap();
+    store
+        .write(
+            "d.bin",
+            [500u16, 600].iter().flat_map(|v| v.to_le_bytes()).collect(),
+        )
+        .unwrap();
+    let seg = |file: &str, pos: u64, rows: u64, dtype: &str| {
+        json!({"field": ROUTED_EXPERTS, "file": file, "offset": 0, "pos": pos, "rows": rows,
+               "dtype": dtype, "shape": [2]})
+    };
+    // Listed against position order, to show the widening follows each segment.
+    let response = one_choice(vec![
+        seg("d.bin", 2, 1, "uint16"),
+        seg("p.bin", 0, 2, "uint8"),
+    ]);
+    let rows = gather_from(&response, 0, ROUTED_EXPERTS, &store).unwrap();
+    assert_eq!(rows.dtype(), Dtype::Uint16);
+    assert_eq!(rows.shape(), [3, 2]);
+    assert_eq!(rows.data(), [1, 0, 2, 0, 3, 0, 4, 0, 244, 1, 88, 2]);
+
+    let signed = one_choice(vec![
+        seg("p.bin", 0, 2, "uint8"),
+        seg("d.bin", 2, 1, "int16"),
+    ]);
+    match gather_from(&signed, 0, ROUTED_EXPERTS, &store) {
+        Err(GatherError::Inconsistent {
+            what: "dtype",
+            first: 0,
+            ..
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+}

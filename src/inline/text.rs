@@ -132,8 +132,10 @@ impl Text {
     /// same position modulo 3), those characters stay where they are: the
     /// edit replaces only what comes before them, and when the lengths
     /// match, nothing moves at all. Runs of the prefill are written from the
-    /// prefill's text when it is borrowed; runs of the decode, which the
-    /// edit overwrites, are written into the edit first.
+    /// prefill's text when it is borrowed. Runs of the decode, which the edit
+    /// overwrites, are copied into the edit first, or (a widened run of a
+    /// verbatim decode) read from the buffer as it was, which makes the edit
+    /// write a new buffer (see [`crate::splice`]).
     pub(crate) fn edit<'p>(
         &self,
         prefill: Option<&Cow<'p, [u8]>>,
@@ -170,6 +172,8 @@ impl Text {
                 (Piece::Copy(super::PREFILL, range), Some(Cow::Owned(p))) => {
                     edit.push_own(p.get(range.clone()).unwrap_or_default())
                 }
+                // The plan read the prefill's rows: not reached.
+                (Piece::Copy(super::PREFILL, _), None) => {}
                 (Piece::Copy(_, range), _) => {
                     edit.push_own(decode.get(range.clone()).unwrap_or_default())
                 }
