@@ -20,6 +20,9 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use serde_json::{json, Value};
 
+mod support;
+use support::npy_write;
+
 struct Counting;
 
 thread_local! {
@@ -120,20 +123,10 @@ fn compact(prompt: usize, start: usize, n: usize, p: usize, d: usize) -> (Value,
     )
 }
 
-/// The version 1.0 `.npy` file NumPy writes for rows of `itemsize` bytes.
+/// The version 1.0 `.npy` file of `n` rows of `itemsize`-byte elements.
 fn npy_file(itemsize: usize, n: usize, data: &[u8]) -> Vec<u8> {
     let descr = ["", "|u1", "<u2", "", "<u4"][itemsize];
-    let dict = format!(
-        "{{'descr': '{descr}', 'fortran_order': False, 'shape': ({n}, {LAYERS}, {TOPK}), }}"
-    );
-    let padded = (10 + dict.len() + 1).div_ceil(64) * 64 - 10;
-    let mut f = b"\x93NUMPY\x01\x00".to_vec();
-    f.extend_from_slice(&(padded as u16).to_le_bytes());
-    f.extend_from_slice(dict.as_bytes());
-    f.resize(10 + padded - 1, b' ');
-    f.push(b'\n');
-    f.extend_from_slice(data);
-    f
+    npy_write(descr, &[n as u64, LAYERS as u64, TOPK as u64], data)
 }
 
 /// An inline npy pair: prefill rows `[0, prompt)`, decode rows `[0, n)`;
@@ -282,6 +275,20 @@ fn in_place_merges_allocate_a_bounded_scratch_only() {
     }
 }
 
+/// The bytes merge of `decode`'s body held at its exact length (as read to a
+/// Content-Length): the merged body, how much it grew, and the bytes the
+/// merge asked the allocator for.
+fn merge_exact_body(prefill: &Value, decode: &Value) -> (Vec<u8>, usize, usize) {
+    let pb = serde_json::to_vec(prefill).unwrap();
+    let mut db = serde_json::to_vec(decode).unwrap();
+    db.shrink_to_fit();
+    let before = db.len();
+    let (got, stitched) = allocated(|| pd_stitch::bytes::merge_routed_experts_for_pd(&pb, &mut db));
+    assert_eq!(stitched, Ok(true));
+    let growth = db.len() - before;
+    (db, growth, got)
+}
+
 /// A prefill that starts earlier: the decode's buffer grows once, by the
 /// difference; a prefill wider than the decode: the decode's rows from the
 /// cut are widened into a new text of the merged length.
@@ -290,15 +297,10 @@ fn growing_merges_allocate_about_the_growth() {
     let (prompt, n) = (16_000, 32_000);
     let row = LAYERS * TOPK;
     // Same dtype, the decode from the last prompt position.
-    let (prefill, decode, _) = compact(prompt, prompt - 1, n, 1, 1);
-    let pb = serde_json::to_vec(&prefill).unwrap();
-    let mut db = serde_json::to_vec(&decode).unwrap();
-    // A body read to its exact length, as from a Content-Length.
-    db.shrink_to_fit();
-    let before = db.len();
-    let (got, stitched) = allocated(|| pd_stitch::bytes::merge_routed_experts_for_pd(&pb, &mut db));
-    assert_eq!(stitched, Ok(true));
-    let growth = db.len() - before;
+    let (prefill, decode, expected) = compact(prompt, prompt - 1, n, 1, 1);
+    let (db, growth, got) = merge_exact_body(&prefill, &decode);
+    let merged: Value = serde_json::from_slice(&db).unwrap();
+    assert_eq!(rows_text(&merged), expected);
     eprintln!("growth {growth} B, allocated {got} B");
     // The prefill's rows before the decode's start, as text (give or take
     // the padding).
@@ -317,15 +319,10 @@ fn growing_merges_allocate_about_the_growth() {
 fn a_wider_prefill_makes_the_text_once() {
     let (prompt, n) = (16_000, 32_000);
     let (prefill, decode, expected) = compact(prompt, 0, n, 2, 1);
-    let pb = serde_json::to_vec(&prefill).unwrap();
-    let mut db = serde_json::to_vec(&decode).unwrap();
-    db.shrink_to_fit();
-    let before = db.len();
-    let (got, stitched) = allocated(|| pd_stitch::bytes::merge_routed_experts_for_pd(&pb, &mut db));
-    assert_eq!(stitched, Ok(true));
+    let (db, growth, got) = merge_exact_body(&prefill, &decode);
     let merged: Value = serde_json::from_slice(&db).unwrap();
     assert_eq!(rows_text(&merged), expected);
-    let (text, growth) = (expected.len(), db.len() - before);
+    let text = expected.len();
     eprintln!("text {text} B, growth {growth} B, allocated {got} B");
     // The widened rows rendered once (the decode's, which the edit overwrites,
     // into the edit first), and the body's growth.
