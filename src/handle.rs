@@ -177,11 +177,7 @@ impl<'v, V: View<'v>> Keys<'v, V> {
     /// The keys of `item` when it is a stitched segment: an object whose
     /// `field` is a string naming one of `fields`.
     pub(crate) fn stitched<S: AsRef<str>>(fields: &[S], item: V) -> Option<Self> {
-        let keys = Keys::of(item)?;
-        fields
-            .iter()
-            .any(|f| f.as_ref() == keys.field)
-            .then_some(keys)
+        stitched_index(fields, item).map(|(_, keys)| keys)
     }
 
     /// The keys of `object`, when it is an object whose `field` is a string.
@@ -293,7 +289,7 @@ fn fate<'d, S: AsRef<str>, D: View<'d>>(
     at: impl Fn() -> Location,
     record: Option<(&mut Planned, usize, usize)>,
 ) -> Result<Fate, Error> {
-    let Some(keys) = Keys::stitched(fields, item) else {
+    let Some((f, keys)) = stitched_index(fields, item) else {
         return Ok(Fate::Keep);
     };
     let (extent, dtype, shape) = keys.parts(&at)?;
@@ -305,10 +301,6 @@ fn fate<'d, S: AsRef<str>, D: View<'d>>(
             })?;
     // Strict mode: note what this segment will cover in the merged payload.
     if let (Some((planned, index, j)), Some(kept)) = (record, kept) {
-        let f = fields
-            .iter()
-            .position(|f| f.as_ref() == keys.field)
-            .unwrap_or(0);
         planned.push(
             index,
             Origin::Decode(j),
