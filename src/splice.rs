@@ -17,7 +17,7 @@
 
 use std::ops::Range;
 
-use crate::inline::base64::{Base64, Decoded};
+use crate::inline::base64::Decoded;
 
 /// Replace the bytes `range` of a buffer by the runs `parts`.
 #[derive(Debug, PartialEq, Eq)]
@@ -36,15 +36,11 @@ enum Part<'p> {
     Slice(&'p [u8]),
     /// A run of the prefill's rows, decoded and encoded where it lands.
     Decoded(Decoded<'p>),
-    /// A run of validated base64 text of the buffer being edited (`text`,
-    /// encoding `decoded_len` bytes), decoded and encoded where it lands.
+    /// A run of the validated base64 text at `text` of the buffer being
+    /// edited, decoded and encoded where it lands.
     Rewritten {
         text: Range<usize>,
-        decoded_len: usize,
-        from: usize,
-        to: usize,
-        narrow: usize,
-        wide: usize,
+        run: Decoded<'static>,
     },
 }
 
@@ -84,22 +80,12 @@ impl<'p> Edit<'p> {
         self.parts.push(Part::Decoded(run));
     }
 
-    /// Appends a run of the validated base64 text at `text` of the buffer
-    /// being edited, which encodes `decoded_len` bytes: bytes `[from, to)`,
-    /// widened from `narrow` to `wide` (as a [`Decoded`] run).
-    pub(crate) fn push_rewritten(
-        &mut self,
-        text: Range<usize>,
-        decoded_len: usize,
-        [from, to, narrow, wide]: [usize; 4],
-    ) {
+    /// Appends `run`, whose source is the text at `text` of the buffer
+    /// being edited: read from the buffer as it was, when the edit is made.
+    pub(crate) fn push_rewritten(&mut self, text: Range<usize>, run: Decoded<'_>) {
         self.parts.push(Part::Rewritten {
             text,
-            decoded_len,
-            from,
-            to,
-            narrow,
-            wide,
+            run: run.detached(),
         });
     }
 
@@ -143,23 +129,8 @@ impl<'p> Edit<'p> {
                 }
                 Part::Slice(bytes) => dst.copy_from_slice(bytes),
                 Part::Decoded(run) => run.write(dst),
-                &Part::Rewritten {
-                    ref text,
-                    decoded_len,
-                    from,
-                    to,
-                    narrow,
-                    wide,
-                } => {
-                    let source = buf.get(text.clone()).unwrap_or_default();
-                    Decoded {
-                        source: Base64::parsed(source, decoded_len),
-                        from,
-                        to,
-                        narrow,
-                        wide,
-                    }
-                    .write(dst)
+                Part::Rewritten { text, run } => {
+                    run.on(buf.get(text.clone()).unwrap_or_default()).write(dst)
                 }
             }
             at += len;
@@ -173,13 +144,7 @@ impl Part<'_> {
             Part::Own(range) => range.len(),
             Part::Slice(bytes) => bytes.len(),
             Part::Decoded(run) => run.len(),
-            &Part::Rewritten {
-                from,
-                to,
-                narrow,
-                wide,
-                ..
-            } => to.saturating_sub(from) / narrow.max(1) * wide / 3 * 4,
+            Part::Rewritten { run, .. } => run.len(),
         }
     }
 }

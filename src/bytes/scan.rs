@@ -148,14 +148,11 @@ impl<'a> Doc<'a> {
     /// The content of a string whose text (quotes excluded) is `range`,
     /// unescaped when `escaped`.
     pub(crate) fn string(&self, range: Range<usize>, escaped: bool) -> Cow<'a, str> {
-        let raw = self.slice(range);
-        if escaped {
-            let mut out = Vec::with_capacity(raw.len());
-            unescape(raw, &mut out);
-            Cow::Owned(String::from_utf8(out).unwrap_or_default())
-        } else {
-            // Validated UTF-8 (the scanner checked every non-ASCII byte).
-            Cow::Borrowed(std::str::from_utf8(raw).unwrap_or_default())
+        // Validated UTF-8 (the scanner checked every non-ASCII byte and every
+        // escape): the conversions cannot fail.
+        match self.string_bytes(range, escaped) {
+            Cow::Borrowed(raw) => Cow::Borrowed(std::str::from_utf8(raw).unwrap_or_default()),
+            Cow::Owned(out) => Cow::Owned(String::from_utf8(out).unwrap_or_default()),
         }
     }
 }

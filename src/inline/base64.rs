@@ -324,6 +324,27 @@ pub(crate) struct Decoded<'a> {
 const STEP_ELEMENTS: usize = 3 * 8 * 1024;
 
 impl Decoded<'_> {
+    /// The same run with its source's text left out (its decoded length
+    /// kept): for a source that is not at hand until the run is written.
+    pub(crate) fn detached(self) -> Decoded<'static> {
+        Decoded {
+            source: Base64::parsed(&[], self.source.decoded_len()),
+            from: self.from,
+            to: self.to,
+            narrow: self.narrow,
+            wide: self.wide,
+        }
+    }
+
+    /// The same run, reading its source's text from `text` (the text it
+    /// was validated as).
+    pub(crate) fn on(self, text: &[u8]) -> Decoded<'_> {
+        Decoded {
+            source: Base64::parsed(text, self.source.decoded_len()),
+            ..self
+        }
+    }
+
     /// The number of elements.
     fn elements(&self) -> usize {
         self.to.saturating_sub(self.from) / self.narrow.max(1)

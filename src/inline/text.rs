@@ -189,27 +189,12 @@ impl Text {
                         }
                     }
                     (super::PREFILL, None) => {}
-                    _ => match (verbatim_at, piece) {
-                        // Read from the buffer as it was, when the edit is made.
-                        (
-                            Some(at),
-                            &Piece::Decoded {
-                                source,
-                                from,
-                                to,
-                                narrow,
-                                wide,
-                            },
-                        ) => edit.push_rewritten(
-                            at..at + decode.len(),
-                            self.source_lens.get(source).copied().unwrap_or(0),
-                            [from, to, narrow, wide],
-                        ),
-                        _ => {
-                            if let Some(run) = self.decoded(piece, decode) {
-                                edit.push_decoded_now(run);
-                            }
-                        }
+                    // The decode's own run: read from the buffer as it was
+                    // when the edit is made, or rendered now.
+                    _ => match (self.decoded(piece, decode), verbatim_at) {
+                        (Some(run), Some(at)) => edit.push_rewritten(at..at + decode.len(), run),
+                        (Some(run), None) => edit.push_decoded_now(run),
+                        (None, _) => {}
                     },
                 },
             }
