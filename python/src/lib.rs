@@ -403,20 +403,15 @@ fn stitcher(fields: Option<&Bound<'_, PyAny>>, strict: bool) -> PyResult<Stitche
 // The merges
 // ---------------------------------------------------------------------------
 
-#[derive(Clone, Copy)]
-enum Kind {
-    ForPd,
-    Payload,
-    Inline,
-}
-
+/// The merge of the rows `kind` names, on any of the types a response may
+/// come in; the result in the decode's own type.
 fn merge<'py>(
     py: Python<'py>,
     prefill: &Bound<'py, PyAny>,
     decode: &Bound<'py, PyAny>,
     fields: Option<&Bound<'py, PyAny>>,
     strict: bool,
-    kind: Kind,
+    kind: Stitch,
 ) -> PyResult<Bound<'py, PyAny>> {
     let stitcher = stitcher(fields, strict)?;
     let prefill_body = body(prefill, "prefill")?;
@@ -426,9 +421,9 @@ fn merge<'py>(
             let mut out = decode_text.into_owned();
             let merged = py
                 .detach(|| match kind {
-                    Kind::ForPd => stitcher.merge_bytes_for_pd(&prefill_text, &mut out),
-                    Kind::Payload => stitcher.merge_bytes_payload(&prefill_text, &mut out),
-                    Kind::Inline => stitcher.merge_bytes_inline(&prefill_text, &mut out),
+                    Stitch::ForPd => stitcher.merge_bytes_for_pd(&prefill_text, &mut out),
+                    Stitch::Payload => stitcher.merge_bytes_payload(&prefill_text, &mut out),
+                    Stitch::Inline => stitcher.merge_bytes_inline(&prefill_text, &mut out),
                 })
                 .map_err(|e| stitch_error(py, &e))?;
             if !merged {
@@ -441,14 +436,9 @@ fn merge<'py>(
             // Bytes out: the merged decode is written once, straight into the
             // new `bytes` object, from the decode where it is.
             let prefill_text = text(prefill, prefill_body)?;
-            let what = match kind {
-                Kind::ForPd => Stitch::ForPd,
-                Kind::Payload => Stitch::Payload,
-                Kind::Inline => Stitch::Inline,
-            };
             let merged = py
                 .detach(|| {
-                    stitcher.merge_bytes_with(&prefill_text, &decode_text, what, |stitched| {
+                    stitcher.merge_bytes_with(&prefill_text, &decode_text, kind, |stitched| {
                         Python::attach(|py| {
                             bytes_written_detached(py, stitched.len(), |buf| {
                                 stitched.write_into(buf);
@@ -468,13 +458,13 @@ fn merge<'py>(
             let mut decode_value = skeleton(decode)?;
             let merged = py
                 .detach(|| match kind {
-                    Kind::ForPd => {
+                    Stitch::ForPd => {
                         stitcher.merge_routed_experts_for_pd(&prefill_value, &mut decode_value)
                     }
-                    Kind::Payload => {
+                    Stitch::Payload => {
                         stitcher.merge_routed_payload_in_json(&prefill_value, &mut decode_value)
                     }
-                    Kind::Inline => {
+                    Stitch::Inline => {
                         stitcher.merge_routed_experts_in_json(&prefill_value, &mut decode_value)
                     }
                 })
@@ -541,7 +531,7 @@ fn merge_routed_experts_for_pd<'py>(
     fields: Option<&Bound<'py, PyAny>>,
     strict: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
-    merge(py, prefill, decode, fields, strict, Kind::ForPd)
+    merge(py, prefill, decode, fields, strict, Stitch::ForPd)
 }
 
 /// Stitches the payload segments (rows by handle) of `prefill` into `decode`.
@@ -554,7 +544,7 @@ fn merge_routed_payload_in_json<'py>(
     fields: Option<&Bound<'py, PyAny>>,
     strict: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
-    merge(py, prefill, decode, fields, strict, Kind::Payload)
+    merge(py, prefill, decode, fields, strict, Stitch::Payload)
 }
 
 /// Stitches the inline `routed_experts` (compact or npy) of `prefill` into `decode`.
@@ -567,7 +557,7 @@ fn merge_routed_experts_in_json<'py>(
     fields: Option<&Bound<'py, PyAny>>,
     strict: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
-    merge(py, prefill, decode, fields, strict, Kind::Inline)
+    merge(py, prefill, decode, fields, strict, Stitch::Inline)
 }
 
 /// Whether `prefill.choices[0]` carries rows to stitch.
