@@ -19,6 +19,10 @@ fn library_by_handle(p: &Value, d: &mut Value) -> Result<bool, String> {
     pd_stitch::merge_routed_payload_in_json(p, d).map_err(|e| e.to_string())
 }
 
+fn library_for_pd(p: &Value, d: &mut Value) -> Result<bool, String> {
+    pd_stitch::merge_routed_experts_for_pd(p, d).map_err(|e| e.to_string())
+}
+
 fn library_inline(p: &Value, d: &mut Value) -> Result<bool, String> {
     pd_stitch::merge_routed_experts_in_json(p, d).map_err(|e| e.to_string())
 }
@@ -260,32 +264,26 @@ fn bytes_path(c: &mut Criterion) {
                 BatchSize::PerIteration,
             )
         });
-        group.bench_function(BenchmarkId::new("value_round_trip", id), |b| {
-            b.iter_batched(
-                || d.clone(),
-                |d| {
-                    let prefill: Value = serde_json::from_slice(&p).expect("JSON");
-                    let mut decode: Value = serde_json::from_slice(&d).expect("JSON");
-                    let stitched = pd_stitch::merge_routed_experts_for_pd(&prefill, &mut decode);
-                    (serde_json::to_vec(&decode).expect("serializable"), stitched)
-                },
-                BatchSize::PerIteration,
-            )
-        });
-        // The upstream-style merge (benches/common/baseline.rs) on the same
-        // bytes: parse both, merge, serialize.
-        group.bench_function(BenchmarkId::new("upstream_round_trip", id), |b| {
-            b.iter_batched(
-                || d.clone(),
-                |d| {
-                    let prefill: Value = serde_json::from_slice(&p).expect("JSON");
-                    let mut decode: Value = serde_json::from_slice(&d).expect("JSON");
-                    let stitched = upstream(&prefill, &mut decode);
-                    (serde_json::to_vec(&decode).expect("serializable"), stitched)
-                },
-                BatchSize::PerIteration,
-            )
-        });
+        // The Value path and the upstream-style merge
+        // (benches/common/baseline.rs) on the same bytes, as a router runs
+        // them: parse both, merge, serialize.
+        for (name, merge) in [
+            ("value_round_trip", library_for_pd as Merge),
+            ("upstream_round_trip", upstream),
+        ] {
+            group.bench_function(BenchmarkId::new(name, id), |b| {
+                b.iter_batched(
+                    || d.clone(),
+                    |d| {
+                        let prefill: Value = serde_json::from_slice(&p).expect("JSON");
+                        let mut decode: Value = serde_json::from_slice(&d).expect("JSON");
+                        let stitched = merge(&prefill, &mut decode);
+                        (serde_json::to_vec(&decode).expect("serializable"), stitched)
+                    },
+                    BatchSize::PerIteration,
+                )
+            });
+        }
         group.bench_function(BenchmarkId::new("parse", id), |b| {
             b.iter(|| serde_json::from_slice::<Value>(&d).expect("valid JSON"))
         });
