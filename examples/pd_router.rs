@@ -199,7 +199,7 @@ impl Router {
                 Stitcher::new()
             };
             stitcher
-                .merge_bytes_for_pd(&prefill_body, &mut decode)
+                .merge_bytes(&prefill_body, &mut decode, pd_stitch::Stitch::ForPd)
                 .map_err(|e| match e {
                     Error::Json { .. } => Failure::new(
                         StatusCode::BAD_GATEWAY,

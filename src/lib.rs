@@ -126,7 +126,7 @@ pub use algebra::{
     cut, merge_segments, row_bytes, Cuts, Dtype, MissingField, Overflow, Rows, Segment,
     UnknownDtype,
 };
-pub use error::{Error, Location, Side, Step};
+pub use error::{Error, ErrorKind, Location, Side, Step};
 pub use inline::{Base64Error, Form, NpyError};
 // The README's examples run as doc tests, so they cannot go stale.
 // The README's Rust examples use the `testing` feature.
@@ -137,5 +137,5 @@ struct ReadmeDoctests;
 pub use fields::{DEFAULT_FIELDS, ROUTED_EXPERTS, ROUTED_EXPERT_WEIGHTS};
 pub use stitcher::{
     merge_routed_experts_for_pd, merge_routed_experts_in_json, merge_routed_payload_in_json,
-    prefill_has_routed_experts, Stitcher,
+    prefill_has_routed_experts, Stitch, Stitcher,
 };

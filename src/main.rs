@@ -628,12 +628,13 @@ fn merge(
     let prefill_text = read_bytes(prefill)?;
     let mut text = read_bytes(decode)?;
     stitcher
-        .merge_bytes_for_pd(&prefill_text, &mut text)
+        .merge_bytes(&prefill_text, &mut text, pd_stitch::Stitch::ForPd)
         .map_err(|e| match e {
             Error::Json {
                 side,
                 offset,
                 message,
+                ..
             } => {
                 let path = if side == Side::Prefill {
                     prefill

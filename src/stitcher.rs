@@ -22,7 +22,7 @@ use crate::merge::{default_mode, Kinds, Mode, BOTH, BY_HANDLE, INLINE};
 /// misread.
 ///
 /// ```
-/// use pd_stitch::Stitcher;
+/// use pd_stitch::{Stitch, Stitcher};
 /// use serde_json::json;
 ///
 /// let stitcher = Stitcher::new();
@@ -39,7 +39,7 @@ use crate::merge::{default_mode, Kinds, Mode, BOTH, BY_HANDLE, INLINE};
 ///
 /// assert!(stitcher.prefill_has_routed_experts(&prefill));
 /// assert!(!experts_only.prefill_has_routed_experts(&prefill));
-/// assert!(stitcher.merge_routed_payload_in_json(&prefill, &mut decode)?);
+/// assert!(stitcher.merge(&prefill, &mut decode, Stitch::Payload)?);
 /// let payload = &decode["choices"][0]["payload"];
 /// assert_eq!(payload[1]["pos"], 4);
 /// assert_eq!(payload[1]["rows"], 1);
@@ -91,7 +91,7 @@ impl Stitcher {
     /// untouched.
     ///
     /// ```
-    /// use pd_stitch::{Error, Stitcher};
+    /// use pd_stitch::{Error, Stitch, Stitcher};
     /// use serde_json::json;
     ///
     /// let seg = |file: &str, pos: u64, rows: u64| json!({"field": "routed_experts",
@@ -101,11 +101,11 @@ impl Stitcher {
     /// let mut decode = json!({"choices": [{"payload": [seg("d.bin", 2, 2), seg("e.bin", 5, 2)]}]});
     /// let before = decode.clone();
     ///
-    /// let err = Stitcher::new().strict().merge_routed_payload_in_json(&prefill, &mut decode);
+    /// let err = Stitcher::new().strict().merge(&prefill, &mut decode, Stitch::Payload);
     /// assert!(matches!(err, Err(Error::Layout { .. })), "{err:?}");
     /// assert_eq!(decode, before);
     /// // Without strict mode the merge goes through, gap and all.
-    /// assert!(Stitcher::new().merge_routed_payload_in_json(&prefill, &mut decode)?);
+    /// assert!(Stitcher::new().merge(&prefill, &mut decode, Stitch::Payload)?);
     /// # Ok::<(), pd_stitch::Error>(())
     /// ```
     #[must_use]
@@ -144,80 +144,48 @@ impl Stitcher {
         self.fields.iter().map(String::as_str)
     }
 
-    /// The by-handle P/D merge: writes into every decode choice's `payload`
-    /// the prefill's stitched segments followed by the decode's own, clipped at
-    /// the prefill's cut. See [`merge_routed_payload_in_json`] for the rules.
+    /// The merge of the rows `what` names, on parsed responses: the prefill's
+    /// rows, then the decode's from the cut, written into every decode
+    /// choice. `Ok(false)`, `decode` untouched, when there is nothing to
+    /// stitch. [`Stitch::ForPd`] is what a router calls; the free functions
+    /// ([`merge_routed_experts_for_pd`], [`merge_routed_payload_in_json`],
+    /// [`merge_routed_experts_in_json`]) are this with the default fields.
     ///
-    /// # Errors
+    /// ```
+    /// use pd_stitch::{Stitch, Stitcher};
+    /// use serde_json::json;
     ///
-    /// See [`merge_routed_payload_in_json`]; on error `decode` is unchanged.
-    pub fn merge_routed_payload_in_json(
-        &self,
-        prefill: &Value,
-        decode: &mut Value,
-    ) -> Result<bool, Error> {
-        merge(self.mode(BY_HANDLE), prefill, decode)
-    }
-
-    /// The inline merge of `routed_experts` (compact or npy); see
-    /// [`merge_routed_experts_in_json`]. Inline rows are always the field
-    /// `routed_experts`, whatever the stitcher's fields.
+    /// let seg = |file: &str, pos: u64, rows: u64| json!({"field": "routed_experts",
+    ///     "file": file, "offset": 0, "pos": pos, "rows": rows, "dtype": "uint8", "shape": [2]});
+    /// let prefill = json!({"choices": [{"payload": [seg("p.bin", 0, 3)]}]});
+    /// let mut decode = json!({"choices": [{"payload": [seg("d.bin", 2, 4)]}]});
     ///
-    /// # Errors
-    ///
-    /// See [`merge_routed_experts_in_json`]; on error `decode` is unchanged.
-    pub fn merge_routed_experts_in_json(
-        &self,
-        prefill: &Value,
-        decode: &mut Value,
-    ) -> Result<bool, Error> {
-        merge(self.mode(INLINE), prefill, decode)
-    }
-
-    /// The inline and the by-handle merge, as one atomic step; see
-    /// [`merge_routed_experts_for_pd`]. The by-handle part stitches this
-    /// stitcher's fields.
+    /// assert!(Stitcher::new().merge(&prefill, &mut decode, Stitch::ForPd)?);
+    /// assert_eq!(decode["choices"][0]["payload"][1]["pos"], 3);
+    /// # Ok::<(), pd_stitch::Error>(())
+    /// ```
     ///
     /// # Errors
     ///
     /// See [`merge_routed_experts_for_pd`]; on error `decode` is unchanged.
-    pub fn merge_routed_experts_for_pd(
+    pub fn merge(&self, prefill: &Value, decode: &mut Value, what: Stitch) -> Result<bool, Error> {
+        merge(self.mode(what.kinds()), prefill, decode)
+    }
+
+    /// [`merge`](Stitcher::merge) on raw JSON bytes, the decode rewritten in
+    /// place; see [`bytes`](crate::bytes).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Json`] when either side is not valid JSON, else as
+    /// [`merge`](Stitcher::merge); on error `decode` is unchanged.
+    pub fn merge_bytes(
         &self,
-        prefill: &Value,
-        decode: &mut Value,
+        prefill: &[u8],
+        decode: &mut Vec<u8>,
+        what: Stitch,
     ) -> Result<bool, Error> {
-        merge(self.mode(BOTH), prefill, decode)
-    }
-
-    /// [`merge_routed_experts_for_pd`](Stitcher::merge_routed_experts_for_pd)
-    /// on raw JSON bytes; see [`bytes`](crate::bytes).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Json`] when either side is not valid JSON, else as the `Value`
-    /// method; on error `decode` is unchanged.
-    pub fn merge_bytes_for_pd(&self, prefill: &[u8], decode: &mut Vec<u8>) -> Result<bool, Error> {
-        crate::bytes::merge(self.mode(BOTH), prefill, decode)
-    }
-
-    /// [`merge_routed_payload_in_json`](Stitcher::merge_routed_payload_in_json)
-    /// on raw JSON bytes; see [`bytes`](crate::bytes).
-    ///
-    /// # Errors
-    ///
-    /// As [`merge_bytes_for_pd`](Stitcher::merge_bytes_for_pd).
-    pub fn merge_bytes_payload(&self, prefill: &[u8], decode: &mut Vec<u8>) -> Result<bool, Error> {
-        crate::bytes::merge(self.mode(BY_HANDLE), prefill, decode)
-    }
-
-    /// [`merge_routed_experts_in_json`](Stitcher::merge_routed_experts_in_json)
-    /// on raw JSON bytes; see [`bytes`](crate::bytes).
-    ///
-    /// # Errors
-    ///
-    /// As [`merge_bytes_for_pd`](Stitcher::merge_bytes_for_pd).
-    pub fn merge_bytes_inline(&self, prefill: &[u8], decode: &mut Vec<u8>) -> Result<bool, Error> {
-        crate::bytes::merge(self.mode(INLINE), prefill, decode)
+        crate::bytes::merge(self.mode(what.kinds()), prefill, decode)
     }
 
     /// The bytes merge of the rows `what` names, reading `decode` where it is
@@ -230,12 +198,12 @@ impl Stitcher {
     ///
     /// # Errors
     ///
-    /// As [`merge_bytes_for_pd`](Stitcher::merge_bytes_for_pd).
+    /// As [`merge_bytes`](Stitcher::merge_bytes).
     pub fn merge_bytes_with<R>(
         &self,
         prefill: &[u8],
         decode: &[u8],
-        what: crate::bytes::Stitch,
+        what: Stitch,
         write: impl FnOnce(crate::bytes::Stitched<'_>) -> R,
     ) -> Result<Option<R>, Error> {
         crate::bytes::merge_with(self.mode(what.kinds()), prefill, decode, write)
@@ -255,6 +223,119 @@ impl Stitcher {
     /// `routed_experts`, or a payload segment of one of this stitcher's fields.
     pub fn prefill_has_routed_experts(&self, prefill: &Value) -> bool {
         handle::prefill_has_rows(&self.fields, prefill)
+    }
+}
+
+/// The spelled-out methods of 0.2, one per entry point and input type: kept
+/// for one release so that routers and their CI keep building, each the one
+/// [`Stitcher::merge`] or [`Stitcher::merge_bytes`] call it names.
+impl Stitcher {
+    /// `merge(prefill, decode, Stitch::Payload)`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Stitcher::merge`].
+    #[deprecated(
+        since = "0.3.0",
+        note = "use `merge(prefill, decode, Stitch::Payload)`"
+    )]
+    pub fn merge_routed_payload_in_json(
+        &self,
+        prefill: &Value,
+        decode: &mut Value,
+    ) -> Result<bool, Error> {
+        self.merge(prefill, decode, Stitch::Payload)
+    }
+
+    /// `merge(prefill, decode, Stitch::Inline)`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Stitcher::merge`].
+    #[deprecated(since = "0.3.0", note = "use `merge(prefill, decode, Stitch::Inline)`")]
+    pub fn merge_routed_experts_in_json(
+        &self,
+        prefill: &Value,
+        decode: &mut Value,
+    ) -> Result<bool, Error> {
+        self.merge(prefill, decode, Stitch::Inline)
+    }
+
+    /// `merge(prefill, decode, Stitch::ForPd)`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Stitcher::merge`].
+    #[deprecated(since = "0.3.0", note = "use `merge(prefill, decode, Stitch::ForPd)`")]
+    pub fn merge_routed_experts_for_pd(
+        &self,
+        prefill: &Value,
+        decode: &mut Value,
+    ) -> Result<bool, Error> {
+        self.merge(prefill, decode, Stitch::ForPd)
+    }
+
+    /// `merge_bytes(prefill, decode, Stitch::ForPd)`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Stitcher::merge_bytes`].
+    #[deprecated(
+        since = "0.3.0",
+        note = "use `merge_bytes(prefill, decode, Stitch::ForPd)`"
+    )]
+    pub fn merge_bytes_for_pd(&self, prefill: &[u8], decode: &mut Vec<u8>) -> Result<bool, Error> {
+        self.merge_bytes(prefill, decode, Stitch::ForPd)
+    }
+
+    /// `merge_bytes(prefill, decode, Stitch::Payload)`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Stitcher::merge_bytes`].
+    #[deprecated(
+        since = "0.3.0",
+        note = "use `merge_bytes(prefill, decode, Stitch::Payload)`"
+    )]
+    pub fn merge_bytes_payload(&self, prefill: &[u8], decode: &mut Vec<u8>) -> Result<bool, Error> {
+        self.merge_bytes(prefill, decode, Stitch::Payload)
+    }
+
+    /// `merge_bytes(prefill, decode, Stitch::Inline)`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Stitcher::merge_bytes`].
+    #[deprecated(
+        since = "0.3.0",
+        note = "use `merge_bytes(prefill, decode, Stitch::Inline)`"
+    )]
+    pub fn merge_bytes_inline(&self, prefill: &[u8], decode: &mut Vec<u8>) -> Result<bool, Error> {
+        self.merge_bytes(prefill, decode, Stitch::Inline)
+    }
+}
+
+/// Which rows a merge stitches: those of the entry point of the same name.
+/// The argument of [`Stitcher::merge`], [`Stitcher::merge_bytes`] and
+/// [`Stitcher::merge_bytes_with`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Stitch {
+    /// Every kind of rows at once, atomically, as
+    /// [`merge_routed_experts_for_pd`]: what a router calls.
+    ForPd,
+    /// Rows by handle only, as [`merge_routed_payload_in_json`].
+    Payload,
+    /// Inline rows only, as [`merge_routed_experts_in_json`].
+    Inline,
+}
+
+impl Stitch {
+    pub(crate) fn kinds(self) -> Kinds {
+        match self {
+            Stitch::ForPd => BOTH,
+            Stitch::Payload => BY_HANDLE,
+            Stitch::Inline => INLINE,
+        }
     }
 }
 
@@ -420,4 +501,65 @@ pub fn merge_routed_experts_for_pd(prefill: &Value, decode: &mut Value) -> Resul
 /// ```
 pub fn prefill_has_routed_experts(prefill: &Value) -> bool {
     handle::prefill_has_rows(DEFAULT_FIELDS, prefill)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The 0.2 methods answer exactly as the calls they name, on a pair
+    /// with rows of both kinds (so each selector gives a different output).
+    #[test]
+    #[allow(deprecated)]
+    fn deprecated_methods_are_the_calls_they_name() {
+        let prefill = json!({"choices": [{
+            "routed_experts": {"data": "AQID", "shape": [1, 1, 3], "start": 0, "dtype": "uint8"},
+            "payload": [{"field": "routed_experts", "file": "p.bin", "offset": 0, "pos": 0,
+                         "rows": 1, "dtype": "uint8", "shape": [3]}]}]});
+        let decode = json!({"choices": [{
+            "routed_experts": {"data": "AAAABAUG", "shape": [2, 1, 3], "start": 0, "dtype": "uint8"},
+            "payload": [{"field": "routed_experts", "file": "d.bin", "offset": 0, "pos": 0,
+                         "rows": 2, "dtype": "uint8", "shape": [3]}]}]});
+        let stitcher = Stitcher::new();
+        type Old = fn(&Stitcher, &Value, &mut Value) -> Result<bool, Error>;
+        type OldBytes = fn(&Stitcher, &[u8], &mut Vec<u8>) -> Result<bool, Error>;
+        let cases: [(Stitch, Old, OldBytes); 3] = [
+            (
+                Stitch::ForPd,
+                Stitcher::merge_routed_experts_for_pd,
+                Stitcher::merge_bytes_for_pd,
+            ),
+            (
+                Stitch::Payload,
+                Stitcher::merge_routed_payload_in_json,
+                Stitcher::merge_bytes_payload,
+            ),
+            (
+                Stitch::Inline,
+                Stitcher::merge_routed_experts_in_json,
+                Stitcher::merge_bytes_inline,
+            ),
+        ];
+        let mut outputs = Vec::new();
+        for (what, old, old_bytes) in cases {
+            let (mut new_value, mut old_value) = (decode.clone(), decode.clone());
+            assert_eq!(stitcher.merge(&prefill, &mut new_value, what), Ok(true));
+            assert_eq!(old(&stitcher, &prefill, &mut old_value), Ok(true));
+            assert_eq!(new_value, old_value, "{what:?}");
+            let text = serde_json::to_vec(&prefill).unwrap();
+            let (mut new_bytes, mut old_out) = (
+                serde_json::to_vec(&decode).unwrap(),
+                serde_json::to_vec(&decode).unwrap(),
+            );
+            assert_eq!(stitcher.merge_bytes(&text, &mut new_bytes, what), Ok(true));
+            assert_eq!(old_bytes(&stitcher, &text, &mut old_out), Ok(true));
+            assert_eq!(new_bytes, old_out, "{what:?}");
+            outputs.push(new_value);
+        }
+        // The three selectors stitch different things.
+        assert_ne!(outputs[0], outputs[1]);
+        assert_ne!(outputs[0], outputs[2]);
+        assert_ne!(outputs[1], outputs[2]);
+    }
 }

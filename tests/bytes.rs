@@ -20,8 +20,8 @@ mod support;
 
 use std::ops::Range;
 
-use pd_stitch::bytes::Stitch;
 use pd_stitch::testing::{cases, Knobs};
+use pd_stitch::Stitch;
 use pd_stitch::{Error, Stitcher};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -232,31 +232,13 @@ fn with_canary(mut decode: Value) -> Value {
     decode
 }
 
-type ValueFn = fn(&Stitcher, &Value, &mut Value) -> Result<bool, Error>;
-type BytesFn = fn(&Stitcher, &[u8], &mut Vec<u8>) -> Result<bool, Error>;
-
-/// The three merges, as (name, Value method, bytes method, what
-/// `merge_bytes_with` is told to stitch).
-fn merges() -> [(&'static str, ValueFn, BytesFn, Stitch); 3] {
+/// The three merges, as (name, what to stitch): each is run through
+/// `Stitcher::merge`, `Stitcher::merge_bytes` and `Stitcher::merge_bytes_with`.
+fn merges() -> [(&'static str, Stitch); 3] {
     [
-        (
-            "for_pd",
-            Stitcher::merge_routed_experts_for_pd,
-            Stitcher::merge_bytes_for_pd,
-            Stitch::ForPd,
-        ),
-        (
-            "payload",
-            Stitcher::merge_routed_payload_in_json,
-            Stitcher::merge_bytes_payload,
-            Stitch::Payload,
-        ),
-        (
-            "inline",
-            Stitcher::merge_routed_experts_in_json,
-            Stitcher::merge_bytes_inline,
-            Stitch::Inline,
-        ),
+        ("for_pd", Stitch::ForPd),
+        ("payload", Stitch::Payload),
+        ("inline", Stitch::Inline),
     ]
 }
 
@@ -348,11 +330,11 @@ fn check(
     // The reference reads the same texts.
     let pvalue: Value = serde_json::from_slice(&ptext).expect("the writer writes JSON");
     let dvalue: Value = serde_json::from_slice(&dtext).expect("the writer writes JSON");
-    for (name, by_value, by_bytes, what) in merges() {
+    for (name, what) in merges() {
         let mut merged = dvalue.clone();
-        let expected = by_value(stitcher, &pvalue, &mut merged);
+        let expected = stitcher.merge(&pvalue, &mut merged, what);
         let mut out = dtext.clone();
-        let got = by_bytes(stitcher, &ptext, &mut out);
+        let got = stitcher.merge_bytes(&ptext, &mut out, what);
         // Into a buffer of the caller's: the same answer, the same bytes.
         let written = stitcher.merge_bytes_with(&ptext, &dtext, what, |stitched| {
             let mut buf = vec![0; stitched.len()];
@@ -496,9 +478,9 @@ proptest! {
         };
         let text = if on_decode { &dtext } else { &ptext };
         prop_assume!(serde_json::from_slice::<Value>(text).is_err());
-        for (name, _, by_bytes, what) in merges() {
+        for (name, what) in merges() {
             let mut out = dtext.clone();
-            let got = by_bytes(&Stitcher::new(), &ptext, &mut out);
+            let got = Stitcher::new().merge_bytes(&ptext, &mut out, what);
             let is_json_error = matches!(&got, Err(Error::Json { side: s, .. }) if *s == side);
             prop_assert!(is_json_error, "{}: {:?}", name, got);
             prop_assert_eq!(&out, &dtext, "{}", name);
@@ -604,6 +586,7 @@ fn not_json_names_the_side_and_the_offset() {
                 side: s,
                 offset: o,
                 message,
+                ..
             }) => {
                 assert_eq!((s, o), (side, offset), "{message}");
                 assert!(!message.is_empty());

@@ -56,14 +56,18 @@ fn merge_equals_the_library_on_every_committed_example() {
         }
         let mut expected = read(&d);
         stitcher
-            .merge_routed_experts_for_pd(&read(&p), &mut expected)
+            .merge(&read(&p), &mut expected, pd_stitch::Stitch::ForPd)
             .unwrap();
         let got: Value = serde_json::from_str(&stdout(&out)).unwrap();
         assert_eq!(got, expected, "{dir} {fields:?}");
         // Byte for byte what the bytes path gives.
         let mut text = std::fs::read(&d).unwrap();
         stitcher
-            .merge_bytes_for_pd(&std::fs::read(&p).unwrap(), &mut text)
+            .merge_bytes(
+                &std::fs::read(&p).unwrap(),
+                &mut text,
+                pd_stitch::Stitch::ForPd,
+            )
             .unwrap();
         assert_eq!(out.stdout, text, "{dir} {fields:?}");
     }

@@ -99,7 +99,9 @@ fn gather_reads_inside_the_root_and_refuses_everything_else() {
                 assert_eq!(got.unwrap().data(), [1, 2, 3, 4], "{how} {name}");
             } else {
                 match got {
-                    Err(GatherError::Outside { path, resolved, at }) => {
+                    Err(GatherError::Outside {
+                        path, resolved, at, ..
+                    }) => {
                         assert!(
                             path.ends_with(&name) || path == Path::new(&name),
                             "{path:?}"

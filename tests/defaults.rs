@@ -67,10 +67,10 @@ fn the_upstream_case_stitches_both_fields_through_every_default_function() {
             pd_stitch::merge_routed_payload_in_json,
         ),
         ("Stitcher::new()", |p, d| {
-            Stitcher::new().merge_routed_experts_for_pd(p, d)
+            Stitcher::new().merge(p, d, pd_stitch::Stitch::ForPd)
         }),
         ("Stitcher::default()", |p, d| {
-            Stitcher::default().merge_routed_experts_for_pd(p, d)
+            Stitcher::default().merge(p, d, pd_stitch::Stitch::ForPd)
         }),
     ];
     for (name, merge) in value_functions {
@@ -111,7 +111,7 @@ fn with_fields_sets_the_exact_set() {
     let (prefill, decode) = upstream_pair();
     let mut got = decode.clone();
     assert_eq!(
-        Stitcher::with_fields([ROUTED_EXPERTS]).merge_routed_experts_for_pd(&prefill, &mut got),
+        Stitcher::with_fields([ROUTED_EXPERTS]).merge(&prefill, &mut got, pd_stitch::Stitch::ForPd),
         Ok(true)
     );
     let payload = got["choices"][0]["payload"].as_array().unwrap();

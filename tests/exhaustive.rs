@@ -254,9 +254,10 @@ fn check_strict(
     plain_after: &Value,
 ) -> Result<(), String> {
     let mut after = before.clone();
-    let strict = pd_stitch::Stitcher::new()
-        .strict()
-        .merge_routed_payload_in_json(prefill, &mut after);
+    let strict =
+        pd_stitch::Stitcher::new()
+            .strict()
+            .merge(prefill, &mut after, pd_stitch::Stitch::Payload);
     let misread = match plain {
         Ok(true) => plain_after["choices"]
             .as_array()

@@ -586,8 +586,8 @@ proptest! {
         let entry_points: [(&str, MergeFn); 4] = [
             ("inline", merge_routed_experts_in_json),
             ("for_pd", merge_routed_experts_for_pd),
-            ("stitcher inline", |p, d| Stitcher::new().merge_routed_experts_in_json(p, d)),
-            ("stitcher for_pd", |p, d| Stitcher::new().field("w").merge_routed_experts_for_pd(p, d)),
+            ("stitcher inline", |p, d| Stitcher::new().merge(p, d, pd_stitch::Stitch::Inline)),
+            ("stitcher for_pd", |p, d| Stitcher::new().field("w").merge(p, d, pd_stitch::Stitch::ForPd)),
         ];
         for (name, merge) in entry_points {
             let mut after = decode.clone();
@@ -704,14 +704,10 @@ fn i3_arrays_that_are_not_rows_are_refused() {
         let (prefill, decode) = npy_pair(&fixture("u1_3x2x4.npy"), &fixture(name));
         let mut after = decode.clone();
         let err = merge_routed_experts_in_json(&prefill, &mut after).unwrap_err();
-        assert_eq!(
-            err,
-            Error::Npy {
-                at: err.location().clone(),
-                error: expected
-            },
-            "{name}"
-        );
+        match &err {
+            Error::Npy { error, .. } => assert_eq!(error, &expected, "{name}"),
+            other => panic!("{name}: expected an npy error, got {other:?}"),
+        }
         assert_eq!(
             err.location().to_string(),
             "decode choices[0].routed_experts"

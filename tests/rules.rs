@@ -25,7 +25,7 @@ fn response(payloads: &[Value]) -> Value {
 fn merge_err(stitcher: &Stitcher, prefill: &Value, decode: &Value) -> Error {
     let mut after = decode.clone();
     let err = stitcher
-        .merge_routed_payload_in_json(prefill, &mut after)
+        .merge(prefill, &mut after, pd_stitch::Stitch::Payload)
         .expect_err("the merge must fail");
     assert_eq!(&after, decode, "decode changed by a failed merge ({err})");
     err
@@ -227,7 +227,9 @@ fn rule_2_overflows_each_have_their_variant() {
             format!("decode choices[0].payload[0]: {message}")
         );
         match err {
-            Error::Overflow { at, overflow: got } => {
+            Error::Overflow {
+                at, overflow: got, ..
+            } => {
                 assert_eq!(got, overflow);
                 assert_eq!(at.side(), Side::Decode);
             }
@@ -266,16 +268,18 @@ fn rule_4_a_decode_field_the_prefill_lacks_is_an_error() {
         json!([re("d.bin", 48, 2, 3), weights]),
     ]);
     let err = merge_err(&stitcher, &prefill, &decode);
+    assert_eq!(err.kind(), pd_stitch::ErrorKind::MissingPrefillField);
     assert_eq!(
-        err,
-        Error::MissingPrefillField {
-            at: pd_stitch::Location::root(Side::Decode)
-                .key("choices")
-                .index(1)
-                .key("payload")
-                .index(1),
-            field: "routed_expert_weights".into(),
-        }
+        err.location(),
+        &pd_stitch::Location::root(Side::Decode)
+            .key("choices")
+            .index(1)
+            .key("payload")
+            .index(1)
+    );
+    assert!(
+        matches!(&err, Error::MissingPrefillField { field, .. } if field == "routed_expert_weights"),
+        "{err:?}"
     );
     assert_eq!(
         err.to_string(),
@@ -482,12 +486,14 @@ fn stitcher_builder() {
 fn error_is_a_well_behaved_error_type() {
     fn assert_bounds<E: std::error::Error + Send + Sync + 'static>() {}
     assert_bounds::<Error>();
-    let boxed: Box<dyn std::error::Error + Send + Sync> = Box::new(Error::Integer {
-        at: pd_stitch::Location::root(Side::Prefill).key("choices"),
-        got: "-1".into(),
-    });
+    // An error a merge really returns, boxed as an application boxes it.
+    let prefill = json!({"choices": [{"payload": [{"field": "routed_experts", "file": "p",
+        "offset": 0, "pos": -1, "rows": 1, "dtype": "uint8", "shape": []}]}]});
+    let mut decode = json!({"choices": [{}]});
+    let err = pd_stitch::merge_routed_payload_in_json(&prefill, &mut decode).unwrap_err();
+    let boxed: Box<dyn std::error::Error + Send + Sync> = Box::new(err);
     assert_eq!(
         boxed.to_string(),
-        "prefill choices: must be a non-negative integer, got -1"
+        "prefill choices[0].payload[0].pos: must be a non-negative integer, got -1"
     );
 }

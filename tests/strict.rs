@@ -218,7 +218,7 @@ proptest! {
         let mut plain = decode.clone();
         let mut strict = decode.clone();
         prop_assert_eq!(pd_stitch::merge_routed_experts_for_pd(&prefill, &mut plain), Ok(true));
-        let got = Stitcher::new().strict().merge_routed_experts_for_pd(&prefill, &mut strict);
+        let got = Stitcher::new().strict().merge(&prefill, &mut strict, pd_stitch::Stitch::ForPd);
         prop_assert_eq!(got, Ok(true));
         prop_assert_eq!(&strict, &plain);
         // And the trainer's reading agrees: nothing to misread.
@@ -258,7 +258,7 @@ proptest! {
             Fault::Float => prop_assert_eq!(want_kind, "dtype"),
         }
         let mut strict = decode.clone();
-        let err = Stitcher::new().strict().merge_routed_experts_for_pd(&prefill, &mut strict);
+        let err = Stitcher::new().strict().merge(&prefill, &mut strict, pd_stitch::Stitch::ForPd);
         prop_assert_eq!(&strict, &decode, "the decode is untouched");
         match err {
             Err(Error::Layout { at, field, problem, .. }) => {
@@ -328,7 +328,7 @@ fn a_gap_reads_as_it_is() {
     let before = decode.clone();
     let err = Stitcher::new()
         .strict()
-        .merge_routed_experts_for_pd(&prefill, &mut decode)
+        .merge(&prefill, &mut decode, pd_stitch::Stitch::ForPd)
         .unwrap_err();
     assert_eq!(decode, before);
     assert_eq!(
@@ -372,7 +372,7 @@ fn strict_checks_every_stitched_field_and_names_prefill_segments() {
     let before = decode.clone();
     let err = Stitcher::new()
         .strict()
-        .merge_routed_payload_in_json(&prefill, &mut decode)
+        .merge(&prefill, &mut decode, pd_stitch::Stitch::Payload)
         .unwrap_err();
     assert_eq!(decode, before);
     let Error::Layout {
@@ -402,7 +402,7 @@ fn strict_checks_every_stitched_field_and_names_prefill_segments() {
     assert_eq!(
         Stitcher::new()
             .strict()
-            .merge_routed_payload_in_json(&prefill, &mut decode),
+            .merge(&prefill, &mut decode, pd_stitch::Stitch::Payload),
         Ok(true)
     );
 }
@@ -420,7 +420,7 @@ fn strict_agrees_with_the_plain_merge_on_inline_rows() {
         pd_stitch::merge_routed_experts_for_pd(&prefill, &mut plain),
         Stitcher::new()
             .strict()
-            .merge_routed_experts_for_pd(&prefill, &mut strict)
+            .merge(&prefill, &mut strict, pd_stitch::Stitch::ForPd)
     );
     assert_eq!(plain, strict);
 }

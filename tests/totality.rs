@@ -70,15 +70,15 @@ fn entry_points() -> Vec<(&'static str, Entry)> {
         ),
         (
             "Stitcher::merge_routed_payload_in_json",
-            Box::new(move |p, d| w1.merge_routed_payload_in_json(p, d)),
+            Box::new(move |p, d| w1.merge(p, d, pd_stitch::Stitch::Payload)),
         ),
         (
             "Stitcher::merge_routed_experts_in_json",
-            Box::new(move |p, d| w2.merge_routed_experts_in_json(p, d)),
+            Box::new(move |p, d| w2.merge(p, d, pd_stitch::Stitch::Inline)),
         ),
         (
             "Stitcher::merge_routed_experts_for_pd",
-            Box::new(move |p, d| w3.merge_routed_experts_for_pd(p, d)),
+            Box::new(move |p, d| w3.merge(p, d, pd_stitch::Stitch::ForPd)),
         ),
     ]
 }

@@ -31,9 +31,9 @@ use std::borrow::Cow;
 use std::path::PathBuf;
 
 use numpy::PyArray1;
-use pd_stitch::bytes::Stitch;
+use pd_stitch::Stitch;
 use pd_stitch::gather::{self, GatherError, Store};
-use pd_stitch::{Error, Side, Stitcher};
+use pd_stitch::{Error, ErrorKind, Side, Stitcher};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{
@@ -58,17 +58,7 @@ const MAX_DEPTH: usize = 128;
 // Errors
 // ---------------------------------------------------------------------------
 
-/// The leading identifier of a `Debug` rendering: the variant's name for the
-/// derived `Debug` of an enum (`Integer { at: .. }` gives `Integer`). Robust
-/// to new variants, which a `match` on a `#[non_exhaustive]` enum is not.
-fn variant_name(debug: &str) -> String {
-    debug
-        .chars()
-        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-        .collect()
-}
-
-fn raise(py: Python<'_>, message: String, kind: String, location: Option<String>) -> PyErr {
+fn raise(py: Python<'_>, message: String, kind: &str, location: Option<String>) -> PyErr {
     let err = StitchError::new_err(message);
     let value = err.value(py);
     // Setting attributes on a fresh exception instance does not fail; if it
@@ -85,35 +75,21 @@ fn raise(py: Python<'_>, message: String, kind: String, location: Option<String>
 /// A merge error as a `StitchError`. `Error::Json` is about a whole text, at
 /// a byte offset, so it has no JSON path: its `.location` is None.
 fn stitch_error(py: Python<'_>, err: &Error) -> PyErr {
-    let location = match err {
-        Error::Json { .. } => None,
-        other => Some(other.location().to_string()),
+    let location = match err.kind() {
+        ErrorKind::Json => None,
+        _ => Some(err.location().to_string()),
     };
-    raise(
-        py,
-        err.to_string(),
-        variant_name(&format!("{err:?}")),
-        location,
-    )
+    raise(py, err.to_string(), err.kind().as_str(), location)
 }
 
 fn gather_error(py: Python<'_>, err: &GatherError) -> PyErr {
     match err {
         GatherError::Json(inner) => stitch_error(py, inner),
-        GatherError::Inconsistent { at, .. }
-        | GatherError::Outside { at, .. }
-        | GatherError::ShortFile { at, .. }
-        | GatherError::TooLarge { at, .. } => raise(
-            py,
-            err.to_string(),
-            variant_name(&format!("{err:?}")),
-            Some(at.to_string()),
-        ),
         other => raise(
             py,
             other.to_string(),
-            variant_name(&format!("{other:?}")),
-            None,
+            other.kind().as_str(),
+            other.location().map(ToString::to_string),
         ),
     }
 }
@@ -269,29 +245,9 @@ fn value(py: Python<'_>, obj: &Bound<'_, PyAny>, body: Body<'_>, side: Side) -> 
     match body {
         Body::Dict => skeleton(obj),
         Body::Text(text) => py
-            .detach(|| parse(side, &text))
+            .detach(|| pd_stitch::bytes::parse(side, &text))
             .map_err(|e| stitch_error(py, &e)),
     }
-}
-
-fn parse(side: Side, text: &[u8]) -> Result<Value, Error> {
-    serde_json::from_slice(text).map_err(|err| Error::Json {
-        side,
-        offset: byte_offset(text, err.line(), err.column()),
-        message: err.to_string(),
-    })
-}
-
-/// The byte offset of `serde_json`'s 1-based line and column.
-fn byte_offset(text: &[u8], line: usize, column: usize) -> usize {
-    let line_start = text
-        .iter()
-        .enumerate()
-        .filter(|(_, b)| **b == b'\n')
-        .nth(line.saturating_sub(2))
-        .map_or(0, |(i, _)| i + 1);
-    let line_start = if line <= 1 { 0 } else { line_start };
-    (line_start + column.saturating_sub(1)).min(text.len())
 }
 
 // ---------------------------------------------------------------------------
@@ -420,11 +376,7 @@ fn merge<'py>(
             let prefill_text = text(prefill, prefill_body)?;
             let mut out = decode_text.into_owned();
             let merged = py
-                .detach(|| match kind {
-                    Stitch::ForPd => stitcher.merge_bytes_for_pd(&prefill_text, &mut out),
-                    Stitch::Payload => stitcher.merge_bytes_payload(&prefill_text, &mut out),
-                    Stitch::Inline => stitcher.merge_bytes_inline(&prefill_text, &mut out),
-                })
+                .detach(|| stitcher.merge_bytes(&prefill_text, &mut out, kind))
                 .map_err(|e| stitch_error(py, &e))?;
             if !merged {
                 return Ok(decode.clone());
@@ -457,17 +409,7 @@ fn merge<'py>(
             let prefill_value = value(py, prefill, prefill_body, Side::Prefill)?;
             let mut decode_value = skeleton(decode)?;
             let merged = py
-                .detach(|| match kind {
-                    Stitch::ForPd => {
-                        stitcher.merge_routed_experts_for_pd(&prefill_value, &mut decode_value)
-                    }
-                    Stitch::Payload => {
-                        stitcher.merge_routed_payload_in_json(&prefill_value, &mut decode_value)
-                    }
-                    Stitch::Inline => {
-                        stitcher.merge_routed_experts_in_json(&prefill_value, &mut decode_value)
-                    }
-                })
+                .detach(|| stitcher.merge(&prefill_value, &mut decode_value, kind))
                 .map_err(|e| stitch_error(py, &e))?;
             if merged {
                 merged_dict(py, decode, &decode_value)

@@ -122,32 +122,35 @@ impl FromStr for Dtype {
     type Err = UnknownDtype;
 
     fn from_str(name: &str) -> Result<Dtype, UnknownDtype> {
-        Ok(match name {
-            "bool" => Dtype::Bool,
-            "int8" => Dtype::Int8,
-            "uint8" => Dtype::Uint8,
-            "int16" => Dtype::Int16,
-            "uint16" => Dtype::Uint16,
-            "float16" => Dtype::Float16,
-            "bfloat16" => Dtype::Bfloat16,
-            "int32" => Dtype::Int32,
-            "uint32" => Dtype::Uint32,
-            "float32" => Dtype::Float32,
-            "int64" => Dtype::Int64,
-            "uint64" => Dtype::Uint64,
-            "float64" => Dtype::Float64,
-            _ => {
-                return Err(UnknownDtype {
-                    name: name.to_owned(),
-                })
+        Dtype::ALL
+            .into_iter()
+            .find(|dtype| dtype.name() == name)
+            .ok_or_else(|| UnknownDtype {
+                name: name.to_owned(),
+            })
+    }
+}
+
+/// The supported names, comma-separated, for error messages: the one place
+/// besides [`Dtype::name`] that lists them is [`Dtype::ALL`], so a new dtype
+/// reaches every message.
+pub(crate) struct SupportedNames;
+
+impl fmt::Display for SupportedNames {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, dtype) in Dtype::ALL.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
             }
-        })
+            f.write_str(dtype.name())?;
+        }
+        Ok(())
     }
 }
 
 /// A dtype name that is not one of the supported NumPy names.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unsupported dtype {name:?}; expected one of bool, int8, uint8, int16, uint16, float16, bfloat16, int32, uint32, float32, int64, uint64, float64")]
+#[error("unsupported dtype {name:?}; expected one of {SupportedNames}")]
 pub struct UnknownDtype {
     /// The name that was given.
     pub name: String,
@@ -189,7 +192,13 @@ mod tests {
         ] {
             let err = name.parse::<Dtype>().unwrap_err();
             assert_eq!(err.name, name);
-            assert!(err.to_string().contains("unsupported dtype"));
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "unsupported dtype {name:?}; expected one of bool, int8, uint8, int16, \
+                     uint16, float16, bfloat16, int32, uint32, float32, int64, uint64, float64"
+                )
+            );
         }
     }
 }

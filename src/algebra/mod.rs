@@ -21,6 +21,7 @@ mod merge;
 mod rows;
 mod segment;
 
+pub(crate) use dtype::SupportedNames;
 pub use dtype::{Dtype, UnknownDtype};
 pub use extent::Extent;
 pub use layout::{check_layout, LayoutProblem};

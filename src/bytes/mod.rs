@@ -44,9 +44,9 @@
 //! # Ok::<(), pd_stitch::Error>(())
 //! ```
 //!
-//! [`Stitcher`](crate::Stitcher) has the same four with its own fields:
-//! `merge_bytes_for_pd`, `merge_bytes_payload`, `merge_bytes_inline` and
-//! `prefill_bytes_has_routed_experts`.
+//! [`Stitcher`](crate::Stitcher) does the same with its own fields:
+//! [`Stitcher::merge_bytes`](crate::Stitcher::merge_bytes) and
+//! [`Stitcher::prefill_bytes_has_routed_experts`](crate::Stitcher::prefill_bytes_has_routed_experts).
 //!
 //! ## Into a buffer of your own
 //!
@@ -58,8 +58,7 @@
 //! allocates:
 //!
 //! ```
-//! use pd_stitch::bytes::Stitch;
-//! use pd_stitch::Stitcher;
+//! use pd_stitch::{Stitch, Stitcher};
 //!
 //! let prefill = br#"{"choices": [{"routed_experts": {"data": "AQID", "shape": [1, 1, 3], "start": 0, "dtype": "uint8"}}]}"#;
 //! let decode = br#"{"choices": [{"routed_experts": {"data": "AAAABAUG", "shape": [2, 1, 3], "start": 0, "dtype": "uint8"}}]}"#;
@@ -84,7 +83,7 @@ mod write;
 
 use crate::error::{Error, Side};
 use crate::fields::DEFAULT_FIELDS;
-use crate::merge::{self, default_mode, Kinds, Mode, BOTH, BY_HANDLE, INLINE};
+use crate::merge::{self, default_mode, Mode, BOTH, BY_HANDLE, INLINE};
 use crate::splice::{self, Edit};
 
 use scan::Doc;
@@ -133,6 +132,49 @@ pub fn prefill_has_routed_experts(prefill: &[u8]) -> Result<bool, Error> {
     prefill_has_rows(DEFAULT_FIELDS, prefill)
 }
 
+/// Parses one side's text into a `Value`, with this crate's error for text
+/// that is not JSON: [`Error::Json`] naming `side`, the byte offset where
+/// `serde_json` stopped, and its message. For a caller that needs the tree
+/// (to [`gather`](crate::gather) from it, say) and reports errors as the
+/// merges do.
+///
+/// ```
+/// use pd_stitch::{bytes, ErrorKind, Side};
+///
+/// let value = bytes::parse(Side::Decode, br#"{"choices": []}"#)?;
+/// assert_eq!(value["choices"], serde_json::json!([]));
+/// let err = bytes::parse(Side::Decode, b"{\"choices\":\n [}").unwrap_err();
+/// assert_eq!(err.kind(), ErrorKind::Json);
+/// assert!(err.to_string().starts_with("decode response: invalid JSON at byte 14: "), "{err}");
+/// # Ok::<(), pd_stitch::Error>(())
+/// ```
+///
+/// # Errors
+///
+/// [`Error::Json`] when `text` is not valid JSON.
+pub fn parse(side: Side, text: &[u8]) -> Result<serde_json::Value, Error> {
+    serde_json::from_slice(text).map_err(|err| Error::Json {
+        side,
+        offset: byte_offset(text, err.line(), err.column()),
+        message: err.to_string(),
+    })
+}
+
+/// The byte offset of `serde_json`'s 1-based line and column (a column counts
+/// bytes, and 0 means before the line's first byte).
+fn byte_offset(text: &[u8], line: usize, column: usize) -> usize {
+    let line_start = if line <= 1 {
+        0
+    } else {
+        text.iter()
+            .enumerate()
+            .filter(|(_, b)| **b == b'\n')
+            .nth(line - 2)
+            .map_or(0, |(i, _)| i + 1)
+    };
+    (line_start + column.saturating_sub(1)).min(text.len())
+}
+
 /// Scans one side, or says why it is not JSON.
 fn scan(side: Side, text: &[u8]) -> Result<Doc<'_>, Error> {
     Doc::scan(text).map_err(|invalid| Error::Json {
@@ -161,29 +203,9 @@ pub(crate) fn merge<S: AsRef<str>>(
     Ok(true)
 }
 
-/// Which rows a merge stitches: those of the entry point of the same name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Stitch {
-    /// Inline rows and rows by handle, as
-    /// [`merge_routed_experts_for_pd`](crate::merge_routed_experts_for_pd).
-    ForPd,
-    /// Rows by handle only, as
-    /// [`merge_routed_payload_in_json`](crate::merge_routed_payload_in_json).
-    Payload,
-    /// Inline rows only, as
-    /// [`merge_routed_experts_in_json`](crate::merge_routed_experts_in_json).
-    Inline,
-}
-
-impl Stitch {
-    pub(crate) fn kinds(self) -> Kinds {
-        match self {
-            Stitch::ForPd => BOTH,
-            Stitch::Payload => BY_HANDLE,
-            Stitch::Inline => INLINE,
-        }
-    }
-}
+/// The selector of what to stitch, which moved to the crate's root.
+#[deprecated(since = "0.3.0", note = "use `pd_stitch::Stitch`")]
+pub type Stitch = crate::Stitch;
 
 /// A merged decode, planned and validated but not yet written: how long it
 /// is, and a way to write it into a buffer of that length. Given to the

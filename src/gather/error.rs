@@ -16,9 +16,12 @@ use crate::error::{Error, Location};
 pub enum GatherError {
     /// A value of the response is malformed (a segment, inline rows, the
     /// choice list).
+    // Not `#[non_exhaustive]`: a transparent wrapper gains no fields, and a
+    // non-exhaustive tuple variant cannot be matched as `Json(inner)`.
     #[error(transparent)]
     Json(#[from] Error),
     /// The choice has no rows of the field, by handle or inline.
+    #[non_exhaustive]
     #[error("response choices[{choice}]: no rows of field {field:?} (no payload segment, and no inline rows)")]
     NoRows {
         /// The choice.
@@ -27,6 +30,7 @@ pub enum GatherError {
         field: String,
     },
     /// Positions between two segments that no segment covers.
+    #[non_exhaustive]
     #[error("response choices[{choice}] {field}: positions {missing} are covered by no segment")]
     Gap {
         /// The choice.
@@ -37,6 +41,7 @@ pub enum GatherError {
         missing: Rows,
     },
     /// Positions covered by more than one segment.
+    #[non_exhaustive]
     #[error("response choices[{choice}] {field}: positions {overlap} are covered by two segments (payload[{first}] and payload[{second}])")]
     Overlap {
         /// The choice.
@@ -51,6 +56,7 @@ pub enum GatherError {
         second: usize,
     },
     /// Segments of one field with different dtypes or row shapes.
+    #[non_exhaustive]
     #[error("{at}: {what} differs from the field's first segment (payload[{first}])")]
     Inconsistent {
         /// The segment that differs.
@@ -63,6 +69,7 @@ pub enum GatherError {
     /// A file whose canonical path (symlinks and `..` resolved) lies outside
     /// every directory the store may read (its root and the allowed ones).
     /// Nothing of it was read.
+    #[non_exhaustive]
     #[error("{at}: file {} resolves to {}, outside the allowed directories", path.display(), resolved.display())]
     Outside {
         /// The segment.
@@ -73,6 +80,7 @@ pub enum GatherError {
         resolved: PathBuf,
     },
     /// A file that cannot be opened or read.
+    #[non_exhaustive]
     #[error("{}: {source}", path.display())]
     Io {
         /// The file.
@@ -81,6 +89,7 @@ pub enum GatherError {
         source: std::io::Error,
     },
     /// A file that ends before a segment's bytes do.
+    #[non_exhaustive]
     #[error("{}: {len} bytes long, but {at} needs bytes up to {needed}", path.display())]
     ShortFile {
         /// The file.
@@ -93,6 +102,7 @@ pub enum GatherError {
         len: u64,
     },
     /// Rows too large to hold in memory on this machine.
+    #[non_exhaustive]
     #[error("{at}: {bytes} bytes of rows do not fit in memory")]
     TooLarge {
         /// The segment.
@@ -100,4 +110,117 @@ pub enum GatherError {
         /// Their size.
         bytes: u64,
     },
+}
+
+impl GatherError {
+    /// What kind of error this is, named as the variant is
+    /// ([`GatherErrorKind::as_str`]). For [`GatherError::Json`] the
+    /// response's own error has a finer kind: [`Error::kind`].
+    pub fn kind(&self) -> GatherErrorKind {
+        match self {
+            GatherError::Json(_) => GatherErrorKind::Json,
+            GatherError::NoRows { .. } => GatherErrorKind::NoRows,
+            GatherError::Gap { .. } => GatherErrorKind::Gap,
+            GatherError::Overlap { .. } => GatherErrorKind::Overlap,
+            GatherError::Inconsistent { .. } => GatherErrorKind::Inconsistent,
+            GatherError::Outside { .. } => GatherErrorKind::Outside,
+            GatherError::Io { .. } => GatherErrorKind::Io,
+            GatherError::ShortFile { .. } => GatherErrorKind::ShortFile,
+            GatherError::TooLarge { .. } => GatherErrorKind::TooLarge,
+        }
+    }
+
+    /// The JSON value at fault, where the error is about one: the malformed
+    /// value of [`GatherError::Json`], or the segment of
+    /// [`GatherError::Inconsistent`], [`GatherError::Outside`],
+    /// [`GatherError::ShortFile`] and [`GatherError::TooLarge`]. `None` for
+    /// errors about a choice as a whole (which name it by index) or about a
+    /// file (which name its path).
+    pub fn location(&self) -> Option<&Location> {
+        match self {
+            GatherError::Json(inner) => Some(inner.location()),
+            GatherError::Inconsistent { at, .. }
+            | GatherError::Outside { at, .. }
+            | GatherError::ShortFile { at, .. }
+            | GatherError::TooLarge { at, .. } => Some(at),
+            GatherError::NoRows { .. }
+            | GatherError::Gap { .. }
+            | GatherError::Overlap { .. }
+            | GatherError::Io { .. } => None,
+        }
+    }
+}
+
+/// The kind of a [`GatherError`], one per variant and named as it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum GatherErrorKind {
+    /// [`GatherError::Json`].
+    Json,
+    /// [`GatherError::NoRows`].
+    NoRows,
+    /// [`GatherError::Gap`].
+    Gap,
+    /// [`GatherError::Overlap`].
+    Overlap,
+    /// [`GatherError::Inconsistent`].
+    Inconsistent,
+    /// [`GatherError::Outside`].
+    Outside,
+    /// [`GatherError::Io`].
+    Io,
+    /// [`GatherError::ShortFile`].
+    ShortFile,
+    /// [`GatherError::TooLarge`].
+    TooLarge,
+}
+
+impl GatherErrorKind {
+    /// Every kind, in the order of the variants of [`GatherError`].
+    pub const ALL: [GatherErrorKind; 9] = [
+        GatherErrorKind::Json,
+        GatherErrorKind::NoRows,
+        GatherErrorKind::Gap,
+        GatherErrorKind::Overlap,
+        GatherErrorKind::Inconsistent,
+        GatherErrorKind::Outside,
+        GatherErrorKind::Io,
+        GatherErrorKind::ShortFile,
+        GatherErrorKind::TooLarge,
+    ];
+
+    /// The kind's name, which is its variant's: `"ShortFile"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            GatherErrorKind::Json => "Json",
+            GatherErrorKind::NoRows => "NoRows",
+            GatherErrorKind::Gap => "Gap",
+            GatherErrorKind::Overlap => "Overlap",
+            GatherErrorKind::Inconsistent => "Inconsistent",
+            GatherErrorKind::Outside => "Outside",
+            GatherErrorKind::Io => "Io",
+            GatherErrorKind::ShortFile => "ShortFile",
+            GatherErrorKind::TooLarge => "TooLarge",
+        }
+    }
+}
+
+impl std::fmt::Display for GatherErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_the_variant_names() {
+        let mut seen = std::collections::BTreeSet::new();
+        for kind in GatherErrorKind::ALL {
+            assert_eq!(kind.as_str(), format!("{kind:?}"));
+            assert!(seen.insert(kind.as_str()), "{kind} twice");
+        }
+    }
 }
