@@ -12,7 +12,7 @@
 
 use std::borrow::Cow;
 
-use crate::algebra::{row_bytes, Cuts, Dtype, Extent, Segment};
+use crate::algebra::{row_bytes, Cuts, Dtype, Extent};
 use crate::error::{Error, Location, Side};
 use crate::json::{self, choice_at};
 use crate::response::{item_at, prefill_payload};
@@ -207,6 +207,7 @@ impl<'v, V: View<'v>> Keys<'v, V> {
     }
 
     /// The field.
+    #[cfg(feature = "verify")]
     pub(crate) fn field(&self) -> &str {
         &self.field
     }
@@ -237,9 +238,13 @@ impl<'v, V: View<'v>> Keys<'v, V> {
     }
 
     /// The whole segment in the algebra, for readers (not the merge).
-    pub(crate) fn segment(&self, at: &dyn Fn() -> Location) -> Result<Segment<()>, Error> {
+    #[cfg(feature = "verify")]
+    pub(crate) fn segment(
+        &self,
+        at: &dyn Fn() -> Location,
+    ) -> Result<crate::algebra::Segment<()>, Error> {
         let (extent, dtype, shape) = self.parts(at)?;
-        Segment::new(
+        crate::algebra::Segment::new(
             self.field.as_ref(),
             (),
             extent.offset(),

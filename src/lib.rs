@@ -63,33 +63,52 @@
 //! once, atomically, and [`prefill_has_routed_experts`] to refuse streaming
 //! requests that would need stitching.
 //!
+//! # What a router calls
+//!
+//! - [`merge_routed_experts_for_pd`] on parsed responses, or
+//!   [`bytes::merge_routed_experts_for_pd`] on their bodies as bytes: every
+//!   kind of rows at once, atomically. [`merge_routed_payload_in_json`] and
+//!   [`merge_routed_experts_in_json`] (and their [`bytes`] twins) stitch one
+//!   kind. These are the upstream router's names, so pd-stitch is a drop-in.
+//! - [`prefill_has_routed_experts`]: whether the prefill has rows to stitch.
+//! - [`Stitcher`], for other fields than the default ones ([`DEFAULT_FIELDS`])
+//!   or strict mode: [`Stitcher::merge`], [`Stitcher::merge_bytes`] and
+//!   [`Stitcher::merge_bytes_with`], each told what to stitch by a [`Stitch`].
+//! - [`Error`], with [`Error::kind`] to classify it ([`ErrorKind`]) and
+//!   [`Error::location`] to say where it is ([`Location`]).
+//!
 //! # Layout of the crate
 //!
-//! - [`algebra`]: the pure model, with no JSON and no I/O: [`Dtype`], the
-//!   position interval [`Rows`], [`Segment`], and the merge rule ([`cut`],
-//!   [`Cuts::clip`], [`merge_segments`]).
-//! - The JSON entry points: [`merge_routed_experts_for_pd`],
-//!   [`merge_routed_payload_in_json`], [`merge_routed_experts_in_json`],
-//!   [`prefill_has_routed_experts`], and [`Stitcher`] for more stitched
-//!   fields. They map responses to the algebra and back, planning every change
-//!   before making any.
-//! - [`inline`]: the inline forms ([`Form`]) and what can be wrong with them
-//!   ([`Base64Error`], [`NpyError`]).
-//! - [`Error`]: what went wrong, and where ([`Location`]).
-//! - [`bytes`]: the same entry points on raw JSON bytes, changing only the
-//!   stitched values of the decode's text.
-//! - [`DEFAULT_FIELDS`]: what the default entry points stitch,
-//!   `routed_experts` and `routed_expert_weights`; [`Stitcher::strict`] also
-//!   refuses merged layouts a trainer would misread
-//!   ([`algebra::check_layout`]).
-//! - [`gather`]: reading rows back from files or inline values, to verify,
-//!   only inside allowed directories.
-//! - [`compare`]: two responses' rows position by position (a P/D deployment
-//!   against a colocated one), as a typed report and a heatmap.
-//! - `sim` (features `cli` or `testing`): a colocated server and a 1P1D
-//!   deployment simulated over one truth.
-//! - `testing` (feature `testing`): generators, the truth and
-//!   `verify_stitched` for routers' own tests.
+//! - [`algebra`]: the pure model, with no JSON and no I/O: dtypes, the
+//!   position interval `Rows`, `Segment`, and the merge rule (`cut`,
+//!   `Cuts::clip`, `merge_segments`), and the layout rule of strict mode.
+//! - The entry points above map responses to the algebra and back through one
+//!   plan of the merge, planning every change before making any; [`bytes`]
+//!   reads and writes raw JSON text, changing only the stitched values.
+//! - [`Error`]: what went wrong, and where; [`Form`], [`Base64Error`] and
+//!   [`NpyError`] say more about inline rows.
+//!
+//! # Cargo features
+//!
+//! - `cli` (default): the `pd-stitch` command (`merge`, `check`, `gather`,
+//!   `compare`, `simulate`); enables `verify`.
+//! - `verify`: the verifiers, which read files: `gather` (rows back from
+//!   files or inline values, only inside allowed directories, and `check`),
+//!   `compare` (two responses' rows position by position, as a report and a
+//!   heatmap) and `sim` (a colocated server and a 1P1D deployment simulated
+//!   over one truth).
+//! - `testing`: `pd_stitch::testing`, generators of P/D pairs with their
+//!   colocated truth and `verify_stitched`, for a router's own tests; enables
+//!   `verify`.
+//!
+//! A router depends on the merge alone:
+//!
+//! ```toml
+//! pd-stitch = { version = "0.3", default-features = false }
+//! ```
+//!
+//! That build compiles no file reader (CI checks that it links nothing of
+//! `std::fs`) and depends on `serde_json`, `thiserror` and `base64-simd` only.
 //!
 //! # Guarantees
 //!
@@ -100,20 +119,23 @@
 //! checks it.
 
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 
 pub mod algebra;
 pub mod bytes;
+#[cfg(feature = "verify")]
 pub mod compare;
 mod error;
 mod fields;
+#[cfg(feature = "verify")]
 pub mod gather;
 mod handle;
-pub mod inline;
+mod inline;
 mod json;
 mod merge;
 mod response;
-#[cfg(any(feature = "cli", feature = "testing"))]
+#[cfg(feature = "verify")]
 pub mod sim;
 mod splice;
 mod stitcher;
@@ -122,10 +144,6 @@ mod strict;
 pub mod testing;
 mod view;
 
-pub use algebra::{
-    cut, merge_segments, row_bytes, Cuts, Dtype, MissingField, Overflow, Rows, Segment,
-    UnknownDtype,
-};
 pub use error::{Error, ErrorKind, Location, Side, Step};
 pub use inline::{Base64Error, Form, NpyError};
 // The README's examples run as doc tests, so they cannot go stale.

@@ -5,7 +5,7 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use pd_stitch::{cut, merge_segments, Dtype, MissingField, Rows, Segment};
+use pd_stitch::algebra::{cut, merge_segments, Dtype, MissingField, Rows, Segment};
 use proptest::prelude::*;
 use support::config;
 

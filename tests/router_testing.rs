@@ -556,7 +556,7 @@ fn hostile_extras_sit_everywhere_in_the_payload_and_only_when_asked_for() {
 #[test]
 fn uint16_cases_route_to_experts_above_255() {
     let knobs = Knobs {
-        dtypes: vec![pd_stitch::Dtype::Uint16],
+        dtypes: vec![pd_stitch::algebra::Dtype::Uint16],
         ..Knobs::default()
     };
     let mut runner = TestRunner::deterministic();

@@ -1,9 +1,9 @@
 //! The merge rules on inputs written by hand, one test per rule and per error
 //! path, with the expected output spelled out literally.
 
+use pd_stitch::algebra::{Dtype, Overflow};
 use pd_stitch::{
-    merge_routed_payload_in_json, prefill_has_routed_experts, Dtype, Error, Overflow, Side, Step,
-    Stitcher,
+    merge_routed_payload_in_json, prefill_has_routed_experts, Error, Side, Step, Stitcher,
 };
 use serde_json::{json, Value};
 

@@ -355,8 +355,8 @@ fn compare_shows_a_cut_one_late_as_a_position_on_one_side_only() {
         // A completion of one token leaves the decode nothing after the cut.
         let missing = mode == Mode::ByHandle && request.completion > 1;
         for c in &report.choices {
-            let expected: Vec<pd_stitch::Rows> = if missing {
-                vec![pd_stitch::Rows::with_len(request.prompt, 1).unwrap()]
+            let expected: Vec<pd_stitch::algebra::Rows> = if missing {
+                vec![pd_stitch::algebra::Rows::with_len(request.prompt, 1).unwrap()]
             } else {
                 vec![]
             };

@@ -279,7 +279,7 @@ proptest! {
 #[test]
 fn check_layout_agrees_with_reading_position_by_position() {
     use pd_stitch::algebra::check_layout;
-    use pd_stitch::{Dtype, Rows};
+    use pd_stitch::algebra::{Dtype, Rows};
     let dtypes = ["uint8", "uint16", "uint64", "int8", "float32", "bool"];
     let mut runner =
         proptest::test_runner::TestRunner::new(config("proptest-regressions/strict.txt"));

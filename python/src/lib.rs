@@ -595,7 +595,7 @@ fn check<'py>(
     let store = store(root, allow)?;
     let report = py.detach(|| gather::check_from(&value, &store));
     let out = PyList::empty(py);
-    let ranges = |rows: &[pd_stitch::Rows]| -> Vec<(u64, u64)> {
+    let ranges = |rows: &[pd_stitch::algebra::Rows]| -> Vec<(u64, u64)> {
         rows.iter().map(|r| (r.start(), r.end())).collect()
     };
     for field in &report.fields {

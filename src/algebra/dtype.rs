@@ -16,14 +16,14 @@ use std::str::FromStr;
 /// byte offsets.
 ///
 /// ```
-/// use pd_stitch::Dtype;
+/// use pd_stitch::algebra::Dtype;
 ///
 /// let dtype: Dtype = "uint16".parse()?;
 /// assert_eq!(dtype, Dtype::Uint16);
 /// assert_eq!(dtype.itemsize(), 2);
 /// assert_eq!(dtype.to_string(), "uint16");
 /// assert!("<u2".parse::<Dtype>().is_err());
-/// # Ok::<(), pd_stitch::UnknownDtype>(())
+/// # Ok::<(), pd_stitch::algebra::UnknownDtype>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Dtype {

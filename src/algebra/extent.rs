@@ -29,7 +29,7 @@ use super::{Overflow, Rows};
 /// let tail = extent.clip_from(20).unwrap();
 /// assert_eq!((tail.pos(), tail.rows(), tail.offset()), (20, 2, 4096 + 3 * 384));
 /// assert_eq!(tail.row_address(21), extent.row_address(21));
-/// # Ok::<(), pd_stitch::Overflow>(())
+/// # Ok::<(), pd_stitch::algebra::Overflow>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Extent {

@@ -153,7 +153,7 @@ impl fmt::Display for LayoutProblem {
 ///
 /// ```
 /// use pd_stitch::algebra::{check_layout, LayoutProblem};
-/// use pd_stitch::{Dtype, Rows};
+/// use pd_stitch::algebra::{Dtype, Rows};
 ///
 /// let rows = |a, b| Rows::new(a, b).unwrap();
 /// let shape: &[u64] = &[2, 4];

@@ -25,7 +25,7 @@ use super::{Extent, Segment};
 /// position the prefill did not compute. Built by [`cut`].
 ///
 /// ```
-/// use pd_stitch::{cut, Dtype, Segment};
+/// use pd_stitch::algebra::{cut, Dtype, Segment};
 ///
 /// let prefill = [
 ///     Segment::new("routed_experts", "p.bin", 0, 0, 8, Dtype::Uint8, vec![4])?,
@@ -34,7 +34,7 @@ use super::{Extent, Segment};
 /// let cuts = cut(&prefill);
 /// assert_eq!(cuts.get("routed_experts"), Some(12));
 /// assert_eq!(cuts.get("routed_expert_weights"), None);
-/// # Ok::<(), pd_stitch::Overflow>(())
+/// # Ok::<(), pd_stitch::algebra::Overflow>(())
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Cuts {
@@ -120,7 +120,7 @@ impl Cuts {
 /// the ones that end at or before the cut dropped.
 ///
 /// ```
-/// use pd_stitch::{merge_segments, Dtype, Segment};
+/// use pd_stitch::algebra::{merge_segments, Dtype, Segment};
 ///
 /// // The seed example: prefill rows [0, 3), decode rows [2, 5), uint16 (2, 4).
 /// let prefill = [Segment::new("routed_experts", "p.bin", 0, 0, 3, Dtype::Uint16, vec![2, 4])?];
@@ -128,7 +128,7 @@ impl Cuts {
 /// let merged = merge_segments(&prefill, &decode).unwrap();
 /// assert_eq!(merged[0], prefill[0]);
 /// assert_eq!((merged[1].pos(), merged[1].rows(), merged[1].offset()), (3, 2, 16));
-/// # Ok::<(), pd_stitch::Overflow>(())
+/// # Ok::<(), pd_stitch::algebra::Overflow>(())
 /// ```
 ///
 /// # Errors

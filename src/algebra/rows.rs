@@ -17,7 +17,7 @@ use std::fmt;
 /// The positions `[start, end)`, with `start <= end`.
 ///
 /// ```
-/// use pd_stitch::Rows;
+/// use pd_stitch::algebra::Rows;
 ///
 /// let prompt = Rows::new(0, 17).unwrap();
 /// let decode = Rows::with_len(16, 5).unwrap(); // [16, 21)
@@ -90,7 +90,7 @@ impl Rows {
     /// `other` and the part after it; each is `None` when it holds no position.
     ///
     /// ```
-    /// use pd_stitch::Rows;
+    /// use pd_stitch::algebra::Rows;
     ///
     /// let all = Rows::new(0, 10).unwrap();
     /// let hole = Rows::new(3, 5).unwrap();

@@ -25,7 +25,7 @@ use super::{Dtype, Extent, Rows};
 /// into a store, or `()` when only the geometry matters.
 ///
 /// ```
-/// use pd_stitch::{Dtype, Rows, Segment};
+/// use pd_stitch::algebra::{Dtype, Rows, Segment};
 ///
 /// // 5 rows of (48 layers, 8 experts) uint8 ids for positions [17, 22).
 /// let seg = Segment::new("routed_experts", "/shm/x.bin", 4096, 17, 5, Dtype::Uint8, vec![48, 8])?;
@@ -37,7 +37,7 @@ use super::{Dtype, Extent, Rows};
 /// let tail = seg.clip_from(20).unwrap();
 /// assert_eq!((tail.pos(), tail.rows(), tail.offset()), (20, 2, 4096 + 3 * 384));
 /// assert_eq!(tail.row_address(21), seg.row_address(21));
-/// # Ok::<(), pd_stitch::Overflow>(())
+/// # Ok::<(), pd_stitch::algebra::Overflow>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Segment<F = String> {
@@ -179,7 +179,7 @@ impl<F> Segment<F> {
 /// `itemsize(dtype) * prod(shape)`, the size of one row in bytes, checked.
 ///
 /// ```
-/// use pd_stitch::{row_bytes, Dtype};
+/// use pd_stitch::algebra::{row_bytes, Dtype};
 ///
 /// assert_eq!(row_bytes(Dtype::Uint16, [48, 8]), Ok(768));
 /// assert_eq!(row_bytes(Dtype::Uint8, []), Ok(1));

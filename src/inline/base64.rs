@@ -243,7 +243,7 @@ fn invalid(text: &[u8], at: usize) -> Base64Error {
 
 /// Encodes `bytes` as standard base64 with padding, into a string of exactly
 /// the right size.
-#[cfg(any(test, feature = "cli", feature = "testing"))]
+#[cfg(any(test, feature = "verify"))]
 pub(crate) fn encode(bytes: &[u8]) -> String {
     STANDARD.encode_to_string(bytes)
 }

@@ -26,7 +26,6 @@ pub(crate) mod text;
 
 use std::borrow::Cow;
 
-use serde_json::Value;
 
 use crate::algebra::{Dtype, Segment};
 use crate::error::{Error, Location, Side};
@@ -103,8 +102,9 @@ pub(crate) fn rows_text<'a, V: View<'a>>(rows: V) -> Option<Cow<'a, [u8]>> {
 
 /// Reads inline rows on their own: their positions and dtype (as an
 /// in-memory segment at offset 0) and their bytes, in position order.
+#[cfg(feature = "verify")]
 pub(crate) fn read_rows(
-    value: &Value,
+    value: &serde_json::Value,
     at: impl Fn() -> Location,
 ) -> Result<(Form, Segment<()>, Vec<u8>), Error> {
     let rows = Inline::parse(value, at)?;
@@ -115,13 +115,14 @@ pub(crate) fn read_rows(
 }
 
 /// The standard base64 text of `bytes`.
-#[cfg(any(feature = "cli", feature = "testing"))]
+#[cfg(feature = "verify")]
 pub(crate) fn encode_base64(bytes: &[u8]) -> String {
     base64::encode(bytes)
 }
 
 /// The version 1.0 `.npy` file of a C-order array of `dtype` and `shape`
 /// holding `data`.
+#[cfg(feature = "verify")]
 pub(crate) fn npy_file(dtype: Dtype, shape: &[u64], data: &[u8]) -> Result<Vec<u8>, NpyError> {
     let mut file = npy::header(dtype, shape)?;
     file.extend_from_slice(data);
