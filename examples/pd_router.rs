@@ -10,7 +10,7 @@
 //!    `kv_transfer_params`, when it returned any, as vLLM's P/D connectors
 //!    expect), which computes the completion;
 //! 3. [`pd_stitch::bytes::merge_routed_experts_for_pd`] (or a strict
-//!    [`Stitcher`]'s `merge_bytes_for_pd`, with `--strict`) stitches the
+//!    [`Stitcher`]'s `merge_bytes` with `Stitch::ForPd`, with `--strict`) stitches the
 //!    prefill's rows into the decode's response, as bytes: the decode's body
 //!    is never parsed into a tree nor serialized again, and only its stitched
 //!    values change. The result is returned.

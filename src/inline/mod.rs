@@ -26,7 +26,6 @@ pub(crate) mod text;
 
 use std::borrow::Cow;
 
-
 use crate::algebra::{Dtype, Segment};
 use crate::error::{Error, Location, Side};
 use crate::fields::ROUTED_EXPERTS;
