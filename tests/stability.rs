@@ -7,6 +7,9 @@
 //! install within CI's budget on the 2-core machine (see the closing note of
 //! issue 22); this is the part of its work that the promise needs.
 
+// Spelling out each signature is the point of this file.
+#![allow(clippy::type_complexity)]
+
 use pd_stitch::algebra::{
     cut, merge_segments, row_bytes, Cuts, Dtype, Extent, MissingField, Overflow, Rows, Segment,
 };
