@@ -31,7 +31,7 @@ mod report;
 mod store;
 
 pub use check::{check, check_from};
-pub use error::GatherError;
+pub use error::{GatherError, GatherErrorKind};
 pub use read::{gather, gather_from, gather_runs_from, Gathered, Source};
 pub use report::{FieldReport, Report};
 pub use store::{Confinement, Store};
