@@ -1,12 +1,10 @@
 //! Totality: no JSON makes an entry point panic, and a failed or empty merge
 //! leaves the decode response as it was.
 
-mod support;
-
+use crate::support::*;
 use pd_stitch::Stitcher;
 use proptest::prelude::*;
 use serde_json::{json, Value};
-use support::*;
 
 /// A valid pair with one random subtree replaced by a random tree: most of
 /// the structure is right, so the merge gets deep before it meets the damage.
@@ -99,7 +97,7 @@ fn check_total(prefill: &Value, decode: &Value) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(config("proptest-regressions/totality.txt"))]
+    #![proptest_config(config("totality"))]
 
     #[test]
     fn arbitrary_json_never_panics(prefill in json_tree(), decode in json_tree()) {

@@ -1,0 +1,37 @@
+//! The integration tests of pd-stitch, built as one test binary: one module
+//! per concern, named as `docs/SPEC.md` and `docs/VERIFICATION.md` cite them
+//! (`rules::rule_1_*`, `laws::l8_*`, ...), sharing the generators and the
+//! naive reference model in `support`. Run one module with
+//! `cargo test --all-features --test it rules::`.
+//!
+//! One binary instead of one per file: the support code and the crate's
+//! dev-dependencies are compiled and linked once (see `docs/VERIFICATION.md`
+//! for the build times measured). Everything below still runs in parallel
+//! threads of one process, so a test that needs process-wide state keeps it
+//! per thread (the counting allocator of `in_place`) or per file name
+//! (the scratch directories, each prefixed by its module).
+
+mod support;
+
+mod algebra;
+mod bytes;
+#[cfg(feature = "cli")]
+mod cli;
+mod compare;
+#[cfg(unix)]
+mod confinement;
+mod defaults;
+mod exhaustive;
+mod in_place;
+mod inline;
+mod laws;
+mod resources;
+#[cfg(feature = "cli")]
+mod router_http;
+#[cfg(feature = "testing")]
+mod router_testing;
+mod rules;
+#[cfg(feature = "cli")]
+mod sim;
+mod strict;
+mod totality;
