@@ -10,9 +10,9 @@ use std::collections::BTreeMap;
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
+use pd_stitch::algebra::Rows;
 use pd_stitch::compare::{compare, Cell, CompareError, Options, PromptSource, Which};
 use pd_stitch::gather::Store;
-use pd_stitch::algebra::Rows;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 

@@ -17,8 +17,9 @@ mod algebra;
 mod bytes;
 #[cfg(feature = "cli")]
 mod cli;
+#[cfg(feature = "verify")]
 mod compare;
-#[cfg(unix)]
+#[cfg(all(unix, feature = "verify"))]
 mod confinement;
 mod defaults;
 mod exhaustive;

@@ -111,6 +111,7 @@ proptest! {
 
     /// `compare` returns a report or an error on any two JSON trees, and on
     /// a valid pair and its damaged merge, whatever the store holds.
+    #[cfg(feature = "verify")]
     #[test]
     fn compare_never_panics(a in json_tree(), b in json_tree(), (prefill, decode) in damaged_pair()) {
         use pd_stitch::compare::{compare, Options};
