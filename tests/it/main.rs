@@ -4,9 +4,8 @@
 //! naive reference model in `support`. Run one module with
 //! `cargo test --all-features --test it rules::`.
 //!
-//! One binary instead of one per file: the support code and the crate's
-//! dev-dependencies are compiled and linked once (see `docs/VERIFICATION.md`
-//! for the build times measured). Everything below still runs in parallel
+//! One binary instead of one per file: the support code is compiled once and
+//! the crate's dev-dependencies are linked once. Everything below still runs in parallel
 //! threads of one process, so a test that needs process-wide state keeps it
 //! per thread (the counting allocator of `in_place`) or per file name
 //! (the scratch directories, each prefixed by its module).
