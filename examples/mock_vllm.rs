@@ -3,7 +3,7 @@
 //! ([`pd_stitch::sim`]) says that instance would answer.
 //!
 //! It is what `examples/pd_router.rs` is tried against by hand and by
-//! `tests/router_http.rs`. Which simulated request a body stands for is named
+//! `tests/it/router_http.rs`. Which simulated request a body stands for is named
 //! by its `request_id` (`"req-17"` or `17`): the router forwards the same body
 //! to both instances, so the prefill and decode mocks answer for the same
 //! request, and a test can compare the stitched answer with

@@ -25,7 +25,7 @@
 //! cargo run --example pd_router -- --prefill http://127.0.0.1:8001 --decode http://127.0.0.1:8002
 //! ```
 //!
-//! `tests/router_http.rs` runs it against mock backends (`examples/mock_vllm.rs`).
+//! `tests/it/router_http.rs` runs it against mock backends (`examples/mock_vllm.rs`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;

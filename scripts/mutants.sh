@@ -10,31 +10,28 @@
 # Environment: PROPTEST_CASES (default 128), MUTANTS_TIMEOUT (seconds per test
 # run, default 300; a mutant that loops forever costs this much).
 #
-# Each mutant rebuilds every test target the run names, so name only the test
-# binaries that exercise the files: `-C ARG` goes to every cargo invocation
-# (the build and the test run alike). The runs recorded in docs/VERIFICATION.md,
-# made with PROPTEST_CASES=64 and `--jobs 1`, each from a `git archive HEAD`
-# snapshot in /tmp (cargo-mutants copies the tree, and a file written meanwhile,
-# e.g. by a fuzzer into fuzz/corpus/, makes the copy fail):
+# Each mutant rebuilds every test target the run names: `-C ARG` goes to
+# every cargo invocation (the build and the test run alike). The integration
+# tests are one binary, `it` (tests/it/, a module per concern), so a run names
+# `-C --lib -C --test=it`; the unit tests and the whole integration suite then
+# run against each mutant. The runs recorded in docs/VERIFICATION.md predate
+# that crate: each named the per-file binaries of the time (`--test=laws`,
+# `--test=inline`, ...), which are today the modules `laws::`, `inline::`, ...
+# of `it`. They were made with PROPTEST_CASES=64 and `--jobs 1`, each from a
+# `git archive HEAD` snapshot in /tmp (cargo-mutants copies the tree, and a
+# file written meanwhile, e.g. by a fuzzer into fuzz/corpus/, makes the copy
+# fail). Today's equivalents:
 #
-#   scripts/mutants.sh -f src/algebra/segment.rs -f src/algebra/dtype.rs \
-#       -C --lib -C --test=algebra -C --test=laws -C --test=rules -C --test=inline
-#   MUTANTS_TIMEOUT=60 scripts/mutants.sh -f src/inline/base64.rs \
-#       -C --lib -C --test=inline -C --test=resources
+#   scripts/mutants.sh -f src/algebra/segment.rs -f src/algebra/dtype.rs -C --lib -C --test=it
+#   MUTANTS_TIMEOUT=60 scripts/mutants.sh -f src/inline/base64.rs -C --lib -C --test=it
 #   MUTANTS_TIMEOUT=60 scripts/mutants.sh -f src/inline/npy.rs -f src/inline/mod.rs \
-#       -C --lib -C --test=inline -C --test=resources -C --test=totality \
-#       -C --test=cli -C --test=sim -C --test=router_testing -C --test=rules
-#   MUTANTS_TIMEOUT=120 scripts/mutants.sh -f src/error.rs \
-#       -C --lib -C --test=rules -C --test=laws -C --test=inline -C --test=cli
-#   MUTANTS_TIMEOUT=60 scripts/mutants.sh -f src/gather.rs \
-#       -C --lib -C --test=cli -C --test=sim -C --test=router_testing \
-#       -C --test=resources -C --test=totality -C --test=router_http
-#   MUTANTS_TIMEOUT=120 scripts/mutants.sh --in-place -f src/testing.rs -C --test=router_testing
-#   MUTANTS_TIMEOUT=120 scripts/mutants.sh --in-place -f src/sim.rs \
-#       -C --lib -C --test=sim -C --test=router_testing -C --test=cli
+#       -C --lib -C --test=it
+#   MUTANTS_TIMEOUT=120 scripts/mutants.sh -f src/error.rs -C --lib -C --test=it
+#   MUTANTS_TIMEOUT=60 scripts/mutants.sh -f src/gather.rs -C --lib -C --test=it
+#   MUTANTS_TIMEOUT=120 scripts/mutants.sh --in-place -f src/testing.rs -C --test=it
+#   MUTANTS_TIMEOUT=120 scripts/mutants.sh --in-place -f src/sim.rs -C --lib -C --test=it
 #
-# (sim.rs was run in two parts, the second from line 192 on, without
-# `-C --test=cli`, whose only simulator test is the command's; see
+# (sim.rs was run in two parts, the second from line 192 on; see
 # docs/VERIFICATION.md.)
 #
 # Add `--re REGEX` (or `-F REGEX`) to rerun only the mutants whose names match,
@@ -46,8 +43,7 @@
 #   MUTANTS_TIMEOUT=60 scripts/mutants.sh --in-place -f src/error.rs -f src/gather.rs \
 #       -F 'gather.rs:(63:9|85:9|86:18|89:41|105:9|106:19|358:38|505:50|665:22|698:50|733:29|796:23|796:33):' \
 #       -F 'error.rs:(108:39|307:40|328:15):' \
-#       -C --lib -C --test=cli -C --test=sim -C --test=router_testing -C --test=resources \
-#       -C --test=totality -C --test=router_http -C --test=rules -C --test=laws -C --test=inline
+#       -C --lib -C --test=it
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo-mutants >/dev/null || cargo install cargo-mutants --locked

@@ -3,8 +3,7 @@
 //! an allowed directory. A name that leads out by `..`, as an absolute path
 //! or through a symlink is refused with `GatherError::Outside`, naming the
 //! file; `allow` lets a directory in. (The command's `--allow` is tested in
-//! `tests/cli.rs`.)
-#![cfg(unix)]
+//! `cli.rs`.)
 
 use std::path::{Path, PathBuf};
 

@@ -5,12 +5,10 @@
 //! naive reference model in `support`: positions are expanded one by one and
 //! rows are read back from an in-memory store whose bytes name their writer.
 
-mod support;
-
+use crate::support::*;
 use pd_stitch::Stitcher;
 use proptest::prelude::*;
 use serde_json::{json, Value};
-use support::*;
 
 const FIELDS: [&str; 2] = [RE, W];
 
@@ -189,7 +187,7 @@ fn l9(pair: &Pair) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(config("proptest-regressions/laws.txt"))]
+    #![proptest_config(config("laws"))]
 
     #[test]
     fn l1_merged_segments_are_disjoint_writer(pair in writer_pair()) { l1(&pair)?; }
@@ -539,7 +537,7 @@ fn inject(
 }
 
 proptest! {
-    #![proptest_config(config("proptest-regressions/laws.txt"))]
+    #![proptest_config(config("laws"))]
 
     /// L8: one injected fault in a valid pair gives its own variant at its own
     /// location, and leaves the decode exactly as it was.

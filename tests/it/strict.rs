@@ -13,13 +13,11 @@
 //! The reference model here reads the merged payload as a trainer does:
 //! each segment in order, expanding its positions one by one.
 
-mod support;
-
+use crate::support::*;
 use pd_stitch::algebra::LayoutProblem;
 use pd_stitch::{Error, Stitcher};
 use proptest::prelude::*;
 use serde_json::{json, Value};
-use support::*;
 
 fn num(v: &Value, key: &str) -> u64 {
     v[key].as_u64().unwrap()
@@ -202,7 +200,7 @@ fn fault() -> impl Strategy<Value = Fault> {
 }
 
 proptest! {
-    #![proptest_config(config("proptest-regressions/strict.txt"))]
+    #![proptest_config(config("strict"))]
 
     /// S-accept: strict changes nothing on what writers produce, whatever
     /// the preemption splits and the mix of uint8 and uint16 segments.
@@ -281,8 +279,7 @@ fn check_layout_agrees_with_reading_position_by_position() {
     use pd_stitch::algebra::check_layout;
     use pd_stitch::algebra::{Dtype, Rows};
     let dtypes = ["uint8", "uint16", "uint64", "int8", "float32", "bool"];
-    let mut runner =
-        proptest::test_runner::TestRunner::new(config("proptest-regressions/strict.txt"));
+    let mut runner = proptest::test_runner::TestRunner::new(config("strict"));
     let segment = (0u64..8, 0u64..4, 0usize..6, 0usize..2);
     runner
         .run(&proptest::collection::vec(segment, 0..6), |list| {

@@ -1,7 +1,6 @@
 //! How a router crate tests its response path with `pd_stitch::testing`: a
 //! faithful path passes, and paths broken in the ways routers break are caught
 //! with a message that names the choice, the position and the segment.
-#![cfg(feature = "testing")]
 
 use pd_stitch::sim::Mode;
 use pd_stitch::testing::{cases, fixture, verify_stitched, Case, Knobs, FIXTURES};
@@ -58,10 +57,7 @@ fn router_copying_choice_0(prefill: &Value, decode: Value) -> Value {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig {
-        failure_persistence: Some(Box::new(proptest::test_runner::FileFailurePersistence::Direct("proptest-regressions/router_testing.txt"))),
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(crate::support::config("router_testing"))]
 
     #[test]
     fn a_faithful_router_passes(case in cases(Knobs::default())) {

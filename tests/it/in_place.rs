@@ -20,8 +20,7 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use serde_json::{json, Value};
 
-mod support;
-use support::npy_write;
+use crate::support::npy_write;
 
 struct Counting;
 

@@ -4,7 +4,7 @@
 //! (inline compact, by handle); a permuted top-k is set-equal but not equal;
 //! the heatmap is XML with one cell group per layer.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 
@@ -298,7 +298,7 @@ fn run_case(case: &Case) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(support::config("proptest-regressions/compare.txt"))]
+    #![proptest_config(support::config("compare"))]
 
     /// Injected differences are found exactly: counts, per layer, first
     /// differences, one-sided positions and regions.

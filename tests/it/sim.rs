@@ -1,9 +1,8 @@
 //! The simulator end to end: the library's merge comes out bitwise equal to
 //! the colocated truth in every form, and a merge with the cut off by one is
 //! caught in every form.
-#![cfg(feature = "cli")]
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 
@@ -373,7 +372,7 @@ fn compare_shows_a_cut_one_late_as_a_position_on_one_side_only() {
 /// a simulated run whose merge cuts one position early, kept in
 /// `target/compare-demo`, compared with `pd-stitch compare` on its first
 /// request of one choice with rows of 48 layers. Run by hand:
-/// `cargo test --all-features --test sim -- --ignored write_the_readme_heatmap --nocapture`.
+/// `cargo test --all-features --test it -- --ignored sim::write_the_readme_heatmap --nocapture`.
 #[test]
 #[ignore = "writes docs/compare_cut_one_early.svg; run by hand"]
 fn write_the_readme_heatmap() {

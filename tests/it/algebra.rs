@@ -1,13 +1,11 @@
 //! The algebra against a deliberately naive per-position model: intervals as
 //! sets of positions, segments as maps from position to byte address.
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::support::config;
 use pd_stitch::algebra::{cut, merge_segments, Dtype, MissingField, Rows, Segment};
 use proptest::prelude::*;
-use support::config;
 
 /// Interval ends near 0 or near `u64::MAX`, so the sets stay small but the
 /// arithmetic meets the top of the range.
@@ -61,7 +59,7 @@ fn addresses<F>(seg: &Segment<F>) -> BTreeMap<u64, u128> {
 }
 
 proptest! {
-    #![proptest_config(config("proptest-regressions/algebra.txt"))]
+    #![proptest_config(config("algebra"))]
 
     #[test]
     fn rows_constructors_agree_with_wide_arithmetic(start in point(), end in point(), len in point()) {

@@ -4,10 +4,9 @@
 //! Merged output is decoded with the `base64` crate and a naive `.npy` reader
 //! written here, so nothing the crate encodes is checked by the crate itself.
 
-mod support;
-
 use std::collections::HashMap;
 
+use crate::support::{config, npy_read, npy_write, variant};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use pd_stitch::{
@@ -16,7 +15,6 @@ use pd_stitch::{
 };
 use proptest::prelude::*;
 use serde_json::{json, Value};
-use support::{config, npy_read, npy_write, variant};
 
 // ----------------------------------------------------------------------------
 // Rows, written and read back without the crate.
@@ -274,7 +272,7 @@ fn merged(case: &Case) -> Result<Value, TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(config("proptest-regressions/inline.txt"))]
+    #![proptest_config(config("inline"))]
 
     /// I1: the merged rows are the prefill's below the cut and the decode's
     /// from it on, values preserved across widening; start, shape and dtype
@@ -575,7 +573,7 @@ fn inject(case: &Case, fault: &Fault, i: usize) -> Option<(Value, Value, &'stati
 type MergeFn = fn(&Value, &mut Value) -> Result<bool, Error>;
 
 proptest! {
-    #![proptest_config(config("proptest-regressions/inline.txt"))]
+    #![proptest_config(config("inline"))]
 
     /// I4: one fault gives its variant at its place, through every entry point
     /// that merges inline rows, and leaves the decode unchanged.

@@ -16,17 +16,15 @@
 //! - B4: nothing panics, and anything but `Ok(true)` leaves the decode's bytes
 //!   as they were.
 
-mod support;
-
 use std::ops::Range;
 
+use crate::support::*;
 use pd_stitch::testing::{cases, Knobs};
 use pd_stitch::Stitch;
 use pd_stitch::{Error, Stitcher};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use serde_json::{json, Value};
-use support::*;
 
 /// The canary: awkward spellings that a parse-and-serialize round trip would
 /// change, and that must come out byte for byte.

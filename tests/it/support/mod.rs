@@ -6,7 +6,7 @@
 //! reading the bytes a merged segment points at tells exactly whose row it is.
 //! This is the in-memory file store of law L3: contents unique per (side, file,
 //! position), with no collisions possible.
-#![allow(dead_code)] // each test binary uses part of it
+#![allow(dead_code)] // the modules behind `cli` and `testing` use some of it
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -20,15 +20,87 @@ pub const RE: &str = "routed_experts";
 pub const W: &str = "routed_expert_weights";
 pub const MASK: &str = "sampling_mask";
 
-/// A proptest config whose regressions land in `proptest-regressions/` at the
-/// crate root (integration tests have no `lib.rs` beside them, so proptest's
-/// default would put them next to the test source). The case count comes from
-/// `PROPTEST_CASES` (256 when unset).
-pub fn config(regressions: &'static str) -> Config {
+/// A proptest config whose regressions land in
+/// `proptest-regressions/<name>.txt` at the crate root, and nowhere else:
+/// `name` is a bare name (ASCII letters, digits, `_` and `-`, with `/`
+/// between subdirectories), checked by [`regressions_path`]. (Integration tests
+/// have no `lib.rs` beside them, so proptest's default would put the file next
+/// to the test source.) The case count comes from `PROPTEST_CASES` (256 when
+/// unset).
+pub fn config(name: &str) -> Config {
+    let path = regressions_path(name).unwrap_or_else(|why| panic!("{why}"));
     Config {
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(regressions))),
+        // proptest wants a `&'static str`; a config lives as long as its test.
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(Box::leak(
+            path.into_boxed_str(),
+        )))),
         ..Config::default()
     }
+}
+
+/// `<crate root>/proptest-regressions/<name>.txt`, or why `name` is refused:
+/// it must be one or more `/`-separated parts, each non-empty and made of ASCII
+/// letters, digits, `_` and `-` (so no `..`, no leading `/`, no extension).
+pub fn regressions_path(name: &str) -> Result<String, String> {
+    let part_ok = |part: &str| {
+        !part.is_empty()
+            && part
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    };
+    if name.split('/').all(part_ok) {
+        Ok(format!(
+            "{}/proptest-regressions/{name}.txt",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+    } else {
+        Err(format!(
+            "proptest regressions name {name:?}: want ASCII letters, digits, `_`, `-` \
+             and `/` between non-empty parts, giving proptest-regressions/<name>.txt"
+        ))
+    }
+}
+
+#[test]
+fn regressions_go_only_under_proptest_regressions() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    for (name, file) in [
+        ("laws", "laws.txt"),
+        ("router_testing", "router_testing.txt"),
+        ("inline/base64", "inline/base64.txt"),
+        ("a-b_C9", "a-b_C9.txt"),
+    ] {
+        assert_eq!(
+            regressions_path(name),
+            Ok(format!("{root}/proptest-regressions/{file}"))
+        );
+    }
+    for bad in [
+        "",
+        "/",
+        "/laws",
+        "laws/",
+        "a//b",
+        "..",
+        "../laws",
+        "a/../../b",
+        "./laws",
+        "laws.txt",
+        "proptest-regressions/laws.txt",
+        "bytes ",
+        "a\\b",
+        "C:laws",
+        "é",
+        "la\0ws",
+    ] {
+        assert!(regressions_path(bad).is_err(), "{bad:?} accepted");
+    }
+}
+
+#[test]
+#[should_panic(expected = "proptest regressions name \"../bytes\"")]
+fn config_refuses_a_path_out_of_proptest_regressions() {
+    config("../bytes");
 }
 
 /// One payload segment as a test writes it.

@@ -4,13 +4,12 @@
 //! sockets. Stitched answers are gathered and compared bitwise with the
 //! simulator's colocated truth; broken backends must give 502/504, never a
 //! panic or a hang (every client call has a timeout).
-#![cfg(feature = "cli")]
 
 #[allow(dead_code)] // the example's `main` and what only it uses
-#[path = "../examples/mock_vllm.rs"]
+#[path = "../../examples/mock_vllm.rs"]
 mod mock_vllm;
 #[allow(dead_code)]
-#[path = "../examples/pd_router.rs"]
+#[path = "../../examples/pd_router.rs"]
 mod pd_router;
 
 use std::collections::BTreeSet;

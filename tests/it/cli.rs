@@ -1,8 +1,7 @@
 //! The `pd-stitch` command: each subcommand on the committed examples, its
 //! errors (one line on stderr, exit status 1, nothing on stdout), and --help.
-#![cfg(feature = "cli")]
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -963,8 +962,7 @@ mod arbitrary_files {
     proptest! {
         #![proptest_config(ProptestConfig {
             cases: 48,
-            failure_persistence: Some(Box::new(proptest::test_runner::FileFailurePersistence::Direct("proptest-regressions/cli.txt"))),
-            ..ProptestConfig::default()
+            ..support::config("cli")
         })]
 
         /// Whatever the files hold, each subcommand exits 0 or 1 (never a

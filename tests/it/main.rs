@@ -1,0 +1,39 @@
+//! The integration tests of pd-stitch, built as one test binary: one module
+//! per concern, named as `docs/SPEC.md` and `docs/VERIFICATION.md` cite them
+//! (`rules::rule_1_*`, `laws::l8_*`, ...), sharing the generators and the
+//! naive reference model in `support`. Run one module with
+//! `cargo test --all-features --test it rules::`.
+//!
+//! One binary instead of one per file: the support code is compiled once and
+//! the crate's dev-dependencies are linked once. Everything below still runs in parallel
+//! threads of one process, so a test that needs process-wide state keeps it
+//! per thread (the counting allocator of `in_place`) or per file name
+//! (the scratch directories, each prefixed by its module).
+
+mod support;
+
+mod algebra;
+mod bytes;
+#[cfg(feature = "cli")]
+mod cli;
+#[cfg(feature = "verify")]
+mod compare;
+#[cfg(all(unix, feature = "verify"))]
+mod confinement;
+mod defaults;
+mod exhaustive;
+mod in_place;
+mod inline;
+mod laws;
+mod readme_layout;
+mod resources;
+#[cfg(feature = "cli")]
+mod router_http;
+#[cfg(feature = "testing")]
+mod router_testing;
+mod rules;
+#[cfg(feature = "cli")]
+mod sim;
+mod stability;
+mod strict;
+mod totality;
