@@ -29,9 +29,9 @@
 #   MUTANTS_TIMEOUT=120 scripts/mutants.sh -f src/error.rs -C --lib -C --test=it
 #   MUTANTS_TIMEOUT=60 scripts/mutants.sh -f src/gather.rs -C --lib -C --test=it
 #   MUTANTS_TIMEOUT=120 scripts/mutants.sh --in-place -f src/testing.rs -C --test=it
-#   MUTANTS_TIMEOUT=120 scripts/mutants.sh --in-place -f src/sim.rs -C --lib -C --test=it
+#   MUTANTS_TIMEOUT=120 scripts/mutants.sh --in-place -f 'src/sim/*.rs' -C --lib -C --test=it
 #
-# (sim.rs was run in two parts, the second from line 192 on; see
+# (sim.rs, before it was split into src/sim/, was run in two parts, the second from line 192 on; see
 # docs/VERIFICATION.md.)
 #
 # Add `--re REGEX` (or `-F REGEX`) to rerun only the mutants whose names match,
