@@ -1,0 +1,264 @@
+//! `pd-stitch compare`: two responses' rows position by position, or the
+//! same-named responses of two directories. Exit status 0 when all equal, 1
+//! when anything differs, 2 on an error.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use pd_stitch::compare;
+use pd_stitch::gather;
+use pd_stitch::ROUTED_EXPERTS;
+use serde_json::Value;
+
+use super::progress::Progress;
+use super::{confined, read_json};
+
+// What `compare` takes; the command's help is on `Command::Compare`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Response A (JSON).
+    #[arg(required_unless_present = "dirs")]
+    a: Option<PathBuf>,
+    /// Response B (JSON).
+    #[arg(required_unless_present = "dirs")]
+    b: Option<PathBuf>,
+    /// Compare the same-named .json files of two directories instead, one
+    /// summary line per file and totals.
+    #[arg(long, num_args = 2, value_names = ["A_DIR", "B_DIR"], conflicts_with_all = ["a", "b", "svg"])]
+    dirs: Option<Vec<PathBuf>>,
+    /// Only this choice (default: every choice).
+    #[arg(long)]
+    choice: Option<usize>,
+    /// The field.
+    #[arg(long, default_value = ROUTED_EXPERTS)]
+    field: String,
+    /// Resolve A's relative file names against this directory.
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    root_a: PathBuf,
+    /// Resolve B's relative file names against this directory.
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    root_b: PathBuf,
+    /// Also read files under this directory (repeatable).
+    #[arg(long, value_name = "DIR")]
+    allow: Vec<PathBuf>,
+    /// The prompt length (default: usage.prompt_tokens, else the end of a
+    /// merged response's prefill segments).
+    #[arg(long, value_name = "N")]
+    prompt_len: Option<u64>,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Write a heatmap of positions by layers here.
+    #[arg(long, value_name = "OUT.svg")]
+    svg: Option<PathBuf>,
+}
+
+pub fn run(args: Args, quiet: bool) -> Result<ExitCode, String> {
+    let Args {
+        a,
+        b,
+        dirs,
+        choice,
+        field,
+        root_a,
+        root_b,
+        allow,
+        prompt_len,
+        json,
+        svg,
+    } = args;
+    let options = compare::Options {
+        choice,
+        field,
+        prompt_len,
+        ..compare::Options::default()
+    };
+    let stores = (|| Ok::<_, String>([store(&root_a, &allow)?, store(&root_b, &allow)?]))();
+    let code = match (stores, dirs, a, b) {
+        (Err(message), ..) => {
+            eprintln!("error: {message}");
+            COMPARE_ERROR
+        }
+        (Ok(stores), Some(dirs), _, _) => compare_dirs(&dirs, &stores, &options, json, quiet),
+        (Ok(stores), None, Some(a), Some(b)) => {
+            compare_files(&a, &b, &stores, &options, json, svg.as_deref())
+        }
+        // clap requires A and B without --dirs.
+        (Ok(_), None, _, _) => COMPARE_ERROR,
+    };
+    Ok(ExitCode::from(code))
+}
+
+/// Exit status of `compare` on an error (1 means "differs").
+const COMPARE_ERROR: u8 = 2;
+
+/// The store one side of `compare` reads through: only inside `root` and
+/// the allowed directories.
+fn store(root: &Path, allow: &[PathBuf]) -> Result<gather::Store, String> {
+    confined(root, allow)
+}
+
+/// The comparison of two response files.
+fn compare_pair(
+    a: &Path,
+    b: &Path,
+    stores: &[gather::Store; 2],
+    options: &compare::Options,
+) -> Result<compare::Report, String> {
+    let (va, vb) = (read_json(a)?, read_json(b)?);
+    compare::compare(&va, &stores[0], &vb, &stores[1], options).map_err(|e| e.to_string())
+}
+
+fn compare_files(
+    a: &Path,
+    b: &Path,
+    stores: &[gather::Store; 2],
+    options: &compare::Options,
+    json: bool,
+    svg: Option<&Path>,
+) -> u8 {
+    let report = match compare_pair(a, b, stores, options) {
+        Ok(report) => report,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return COMPARE_ERROR;
+        }
+    };
+    if let Some(out) = svg {
+        if let Err(e) = fs::write(out, report.to_svg()) {
+            eprintln!("error: {}: {e}", out.display());
+            return COMPARE_ERROR;
+        }
+    }
+    if json {
+        println!("{}", report.to_json());
+    } else {
+        println!("A: {}\nB: {}", a.display(), b.display());
+        println!("{report}");
+    }
+    u8::from(!report.all_equal())
+}
+
+/// The `.json` files of `dir`, by name.
+fn json_files(dir: &Path) -> Result<Vec<String>, String> {
+    let entries = fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".json") && entry.path().is_file() {
+            names.push(name);
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// Compares the same-named `.json` files of two directories: one line per
+/// file and totals (or one JSON object), exit status the worst of all.
+fn compare_dirs(
+    dirs: &[PathBuf],
+    stores: &[gather::Store; 2],
+    options: &compare::Options,
+    json: bool,
+    quiet: bool,
+) -> u8 {
+    let [dir_a, dir_b] = dirs else {
+        return COMPARE_ERROR;
+    };
+    let (names_a, names_b) = match (json_files(dir_a), json_files(dir_b)) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(message), _) | (_, Err(message)) => {
+            eprintln!("error: {message}");
+            return COMPARE_ERROR;
+        }
+    };
+    let mut names: Vec<&String> = names_a.iter().chain(&names_b).collect();
+    names.sort();
+    names.dedup();
+    let mut worst = 0u8;
+    let mut totals = (0u64, 0u64, 0u64, 0u64);
+    let (mut equal_files, mut errors) = (0usize, 0usize);
+    let mut entries = Vec::new();
+    if !json {
+        println!(
+            "{:<32}  {:>9}  {:>20}  {:>20}  {:>8}  status",
+            "file", "compared", "equal rows", "equal sets", "one side"
+        );
+    }
+    let progress = Progress::new("files", names.len(), quiet);
+    for (done, name) in names.iter().enumerate() {
+        progress.set(done);
+        // A response one directory lacks is a difference, not an error.
+        let missing = match (names_a.contains(name), names_b.contains(name)) {
+            (true, true) => None,
+            (false, _) => Some(dir_a),
+            (_, false) => Some(dir_b),
+        };
+        if let Some(dir) = missing {
+            worst = worst.max(1);
+            let message = format!("missing in {}", dir.display());
+            if json {
+                entries.push(
+                    serde_json::json!({"file": name, "all_equal": false, "missing": message}),
+                );
+            } else {
+                progress.say(&format!("{name:<32}  {message}"));
+            }
+            continue;
+        }
+        match compare_pair(&dir_a.join(name), &dir_b.join(name), stores, options) {
+            Ok(report) => {
+                let (compared, equal, sets, one_side) = report.totals();
+                totals = (
+                    totals.0 + compared,
+                    totals.1 + equal,
+                    totals.2 + sets,
+                    totals.3 + one_side,
+                );
+                let same = report.all_equal();
+                equal_files += usize::from(same);
+                worst = worst.max(u8::from(!same));
+                if json {
+                    let mut entry = report.to_json();
+                    entry["file"] = Value::String((*name).clone());
+                    entries.push(entry);
+                } else {
+                    progress.say(&format!(
+                        "{name:<32}  {compared:>9}  {:>20}  {:>20}  {one_side:>8}  {}",
+                        compare::fraction(equal, compared),
+                        compare::fraction(sets, compared),
+                        if same { "equal" } else { "DIFFERENT" }
+                    ));
+                }
+            }
+            Err(message) => {
+                errors += 1;
+                worst = COMPARE_ERROR;
+                if json {
+                    entries.push(serde_json::json!({"file": name, "error": message}));
+                } else {
+                    progress.say(&format!("{name:<32}  error: {message}"));
+                }
+            }
+        }
+    }
+    progress.finish();
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"all_equal": worst == 0, "files": entries})
+        );
+    } else {
+        println!(
+            "total: {} file(s), {equal_files} equal, {} different or missing, {errors} error(s); rows equal {}, equal sets {}, {} position(s) on one side only",
+            names.len(),
+            names.len() - equal_files - errors,
+            compare::fraction(totals.1, totals.0),
+            compare::fraction(totals.2, totals.0),
+            totals.3
+        );
+    }
+    worst
+}
