@@ -52,5 +52,5 @@ export PROPTEST_CASES="${PROPTEST_CASES:-128}"
 export CARGO_PROFILE_DEV_DEBUG="${CARGO_PROFILE_DEV_DEBUG:-0}"
 # The main binary and the simulator's report formatting are not under test here.
 cargo mutants --no-shuffle --timeout "${MUTANTS_TIMEOUT:-300}" \
-    --exclude src/main.rs --all-features \
+    --exclude src/main.rs --exclude 'src/command/**' --all-features \
     "$@"
