@@ -17,7 +17,7 @@
 
 use std::ops::Range;
 
-use crate::inline::base64::Decoded;
+use crate::inline::decoded::Decoded;
 
 /// Replace the bytes `range` of a buffer by the runs `parts`.
 #[derive(Debug, PartialEq, Eq)]

@@ -203,7 +203,7 @@ fn read_layout(layout: Layout<'_>, store: &Store, choice: usize) -> Result<Gathe
         } else {
             narrow.clear();
             store.read(segment.file(), segment.byte_range(), at, &mut narrow)?;
-            inline::base64::widen(&narrow, itemsize, wide, &mut data);
+            inline::widen::widen(&narrow, itemsize, wide, &mut data);
         }
     }
     Ok(Gathered {

@@ -129,7 +129,7 @@ impl<'a> Base64<'a> {
 
     /// Writes the decoded bytes `[from, from + out.len())` into `out`; the
     /// range lies within the decoded length (the caller's arithmetic).
-    fn decode_range_into(&self, from: usize, out: &mut [u8]) {
+    pub(crate) fn decode_range_into(&self, from: usize, out: &mut [u8]) {
         let to = from + out.len();
         if from >= to || to > self.len {
             return;
@@ -267,122 +267,6 @@ pub(crate) fn encode_into(bytes: &[u8], out: &mut Vec<u8>) {
 pub(crate) fn encode_slice(bytes: &[u8], out: &mut [u8]) {
     if out.len() == encoded_len(bytes.len()) {
         let _ = STANDARD.encode(bytes, Out::from_slice(out));
-    }
-}
-
-/// Zero-extends little-endian unsigned elements of `narrow` bytes to `wide`.
-pub(crate) fn widen(raw: &[u8], narrow: usize, wide: usize, out: &mut Vec<u8>) {
-    let start = out.len();
-    out.resize(start + raw.len() / narrow.max(1) * wide, 0);
-    if let Some(dst) = out.get_mut(start..) {
-        widen_into(raw, narrow, wide, dst);
-    }
-}
-
-/// [`widen`] into `out`, which is `raw.len() / narrow * wide` long and zeroed
-/// where the high bytes go.
-fn widen_into(raw: &[u8], narrow: usize, wide: usize, out: &mut [u8]) {
-    match (narrow, wide) {
-        (1, 2) => widen_to::<1, 2>(raw, out),
-        (1, 4) => widen_to::<1, 4>(raw, out),
-        (1, 8) => widen_to::<1, 8>(raw, out),
-        (2, 4) => widen_to::<2, 4>(raw, out),
-        (2, 8) => widen_to::<2, 8>(raw, out),
-        (4, 8) => widen_to::<4, 8>(raw, out),
-        _ => {}
-    }
-}
-
-/// [`widen`] for fixed sizes, so that each element is a few fixed moves.
-fn widen_to<const N: usize, const W: usize>(raw: &[u8], out: &mut [u8]) {
-    for (d, s) in out.chunks_exact_mut(W).zip(raw.chunks_exact(N)) {
-        let (Some(d), Some(s)) = (d.first_chunk_mut::<N>(), s.first_chunk::<N>()) else {
-            continue;
-        };
-        *d = *s;
-    }
-}
-
-/// Bytes `[from, to)` of a validated text, each element zero-extended from
-/// `narrow` to `wide` bytes (`narrow == wide`: copied as they are), as base64
-/// text with no padding: `(to - from) / narrow` elements, a multiple of 3,
-/// so that the bytes are whole triples wherever they land on a triple
-/// boundary. Written where it belongs ([`Decoded::write`]), a step at a
-/// time: decoded and encoded in bulk, through two bounded scratch buffers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Decoded<'a> {
-    pub(crate) source: Base64<'a>,
-    pub(crate) from: usize,
-    pub(crate) to: usize,
-    pub(crate) narrow: usize,
-    pub(crate) wide: usize,
-}
-
-/// Elements decoded, widened and encoded at a time: a multiple of 3, so that
-/// every step's bytes are whole triples. 24,576 elements: at most 192 KiB of
-/// widened bytes, while the steps stay long enough for the bulk codec.
-const STEP_ELEMENTS: usize = 3 * 8 * 1024;
-
-impl Decoded<'_> {
-    /// The same run with its source's text left out (its decoded length
-    /// kept): for a source that is not at hand until the run is written.
-    pub(crate) fn detached(self) -> Decoded<'static> {
-        Decoded {
-            source: Base64::parsed(&[], self.source.decoded_len()),
-            from: self.from,
-            to: self.to,
-            narrow: self.narrow,
-            wide: self.wide,
-        }
-    }
-
-    /// The same run, reading its source's text from `text` (the text it
-    /// was validated as).
-    pub(crate) fn on(self, text: &[u8]) -> Decoded<'_> {
-        Decoded {
-            source: Base64::parsed(text, self.source.decoded_len()),
-            ..self
-        }
-    }
-
-    /// The number of elements.
-    fn elements(&self) -> usize {
-        self.to.saturating_sub(self.from) / self.narrow.max(1)
-    }
-
-    /// The length of the text.
-    pub(crate) fn len(&self) -> usize {
-        self.elements() * self.wide / 3 * 4
-    }
-
-    /// Writes the text into `out`, which is [`Decoded::len`] long.
-    pub(crate) fn write(&self, out: &mut [u8]) {
-        let (narrow, wide) = (self.narrow.max(1), self.wide);
-        let mut raw = vec![0; STEP_ELEMENTS.min(self.elements()) * narrow];
-        let mut widened = vec![
-            0;
-            if narrow == wide {
-                0
-            } else {
-                raw.len() / narrow * wide
-            }
-        ];
-        let mut at = self.from;
-        let mut chars = out.chunks_mut(STEP_ELEMENTS * wide / 3 * 4);
-        while at < self.to {
-            let n = (self.to - at).min(raw.len());
-            let (Some(raw), Some(dst)) = (raw.get_mut(..n), chars.next()) else {
-                return;
-            };
-            self.source.decode_range_into(at, raw);
-            if narrow == wide {
-                encode_slice(raw, dst);
-            } else if let Some(widened) = widened.get_mut(..n / narrow * wide) {
-                widen_into(raw, narrow, wide, widened);
-                encode_slice(widened, dst);
-            }
-            at += n;
-        }
     }
 }
 
@@ -580,28 +464,6 @@ mod tests {
         assert_eq!(decode("AAAAA==="), Err(Base64Error::Padding(5)));
     }
 
-    /// Zero extension of little-endian elements, for every pair of unsigned
-    /// sizes: the value is kept, the new high bytes are zero.
-    #[test]
-    fn widen_keeps_values_for_every_pair_of_sizes() {
-        let values: [u64; 4] = [0, 1, 0x7f, 0xdead_beef_0102_0304];
-        for (narrow, wide) in [(1, 2), (1, 4), (1, 8), (2, 4), (2, 8), (4, 8)] {
-            let mask = u64::MAX >> (64 - 8 * narrow);
-            let raw: Vec<u8> = values
-                .iter()
-                .flat_map(|v| v.to_le_bytes()[..narrow].to_vec())
-                .collect();
-            let expected: Vec<u8> = values
-                .iter()
-                .flat_map(|v| (v & mask).to_le_bytes()[..wide].to_vec())
-                .collect();
-            let mut out = vec![0xaa];
-            widen(&raw, narrow, wide, &mut out);
-            assert_eq!(out[0], 0xaa);
-            assert_eq!(out[1..], expected, "{narrow} -> {wide}");
-        }
-    }
-
     /// A text whose alphabet prefix the reader counted is judged as one
     /// whose prefix was not counted: every count a reader can give (the true
     /// one) over texts with a fault at each place.
@@ -620,46 +482,6 @@ mod tests {
                     Base64::parse_counted(&text, Some(prefix)),
                     Base64::parse(&text),
                     "{stray} at {at}"
-                );
-            }
-        }
-    }
-
-    /// Widening across several steps of the renderer, for every pair of
-    /// sizes: the text is the plain encoding of the widened bytes.
-    #[test]
-    fn decoded_runs_span_many_steps() {
-        use ::base64::engine::general_purpose::STANDARD;
-        use ::base64::Engine as _;
-
-        for (narrow, wide) in [(1, 1), (1, 2), (1, 4), (2, 2), (2, 8), (4, 8)] {
-            let elements = 2 * STEP_ELEMENTS + 3 * 7;
-            let raw: Vec<u8> = (0..elements * narrow + 5)
-                .map(|i| (i * 131 + 7) as u8)
-                .collect();
-            let text = STANDARD.encode(&raw);
-            let source = Base64::parse(text.as_bytes()).unwrap();
-            for from in [0, narrow, 5 / narrow * narrow] {
-                let to = from + (elements - 3) * narrow;
-                let run = Decoded {
-                    source,
-                    from,
-                    to,
-                    narrow,
-                    wide,
-                };
-                let mut out = vec![b'!'; run.len()];
-                run.write(&mut out);
-                let mut expected = Vec::new();
-                if narrow == wide {
-                    expected.extend_from_slice(&raw[from..to]);
-                } else {
-                    widen(&raw[from..to], narrow, wide, &mut expected);
-                }
-                assert_eq!(
-                    out,
-                    STANDARD.encode(&expected).into_bytes(),
-                    "{narrow}->{wide} from {from}"
                 );
             }
         }
@@ -699,28 +521,6 @@ mod tests {
                 parsed.decode_range(a, b, &mut out);
                 let (lo, hi) = (a.min(bytes.len()), b.min(bytes.len()));
                 prop_assert_eq!(&out[1..], if lo < hi { &bytes[lo..hi] } else { &[][..] });
-            }
-
-            /// Any whole-triple run of any source, widened or not, renders
-            /// as the plain encoding of its bytes.
-            #[test]
-            fn decoded_agrees(bytes in proptest::collection::vec(any::<u8>(), 0..300), from in 0usize..40, triples in 0usize..30, sizes in 0usize..4) {
-                let (narrow, wide) = [(1, 1), (1, 2), (2, 4), (1, 8)][sizes];
-                let from = from / narrow * narrow;
-                let to = (from + triples * 3 * narrow).min(bytes.len() / (3 * narrow) * (3 * narrow));
-                prop_assume!(from <= to && (to - from) % (3 * narrow) == 0);
-                let text = STANDARD.encode(&bytes);
-                let source = Base64::parse(text.as_bytes()).unwrap();
-                let run = Decoded { source, from, to, narrow, wide };
-                let mut out = vec![0; run.len()];
-                run.write(&mut out);
-                let mut expected = Vec::new();
-                if narrow == wide {
-                    expected.extend_from_slice(&bytes[from..to]);
-                } else {
-                    widen(&bytes[from..to], narrow, wide, &mut expected);
-                }
-                prop_assert_eq!(out, STANDARD.encode(&expected).into_bytes());
             }
 
             #[test]

@@ -20,9 +20,11 @@
 //! text, in place where the lengths allow (`Text::edit`).
 
 pub(crate) mod base64;
+pub(crate) mod decoded;
 pub(crate) mod form;
 pub(crate) mod npy;
 pub(crate) mod text;
+pub(crate) mod widen;
 
 use std::borrow::Cow;
 

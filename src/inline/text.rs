@@ -15,7 +15,9 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
-use super::base64::{encode_into, widen, Base64, Decoded};
+use super::base64::{encode_into, Base64};
+use super::decoded::Decoded;
+use super::widen::widen;
 use crate::splice::Edit;
 
 /// Which validated base64 text a [`Piece`] reads: the merge's sources are
