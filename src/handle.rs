@@ -21,7 +21,7 @@ use crate::view::{describe_view, Kind, View};
 
 /// The prefill's side of the by-handle merge: its stitched segments (copied
 /// into every decode choice as they are) and their cuts.
-pub(crate) struct Prefill<V> {
+pub(crate) struct PrefillSegments<V> {
     /// The prefill's stitched segments, in payload order.
     pub(crate) prefix: Vec<V>,
     /// The payload index of each segment of `prefix` (for strict mode's
@@ -30,7 +30,7 @@ pub(crate) struct Prefill<V> {
     cuts: Cuts,
 }
 
-impl<'p, V: View<'p>> Prefill<V> {
+impl<'p, V: View<'p>> PrefillSegments<V> {
     /// Reads and validates the prefill's stitched segments; `None` when it has
     /// none.
     pub(crate) fn read<S: AsRef<str>>(fields: &[S], prefill: V) -> Result<Option<Self>, Error> {
@@ -49,7 +49,7 @@ impl<'p, V: View<'p>> Prefill<V> {
         if prefix.is_empty() {
             return Ok(None);
         }
-        Ok(Some(Prefill {
+        Ok(Some(PrefillSegments {
             prefix,
             prefix_index,
             cuts,
@@ -87,7 +87,7 @@ impl<'p, V: View<'p>> Prefill<V> {
         choice: D,
         i: usize,
         mut strict: Option<&mut Planned>,
-    ) -> Result<Plan, Error> {
+    ) -> Result<PayloadPlan, Error> {
         let payload = choice.get("payload");
         let fates = match payload.map(View::kind) {
             None | Some(Kind::Null) => Vec::new(),
@@ -123,7 +123,7 @@ impl<'p, V: View<'p>> Prefill<V> {
             planned.reset();
             checked?;
         }
-        Ok(Plan { fates })
+        Ok(PayloadPlan { fates })
     }
 }
 
@@ -138,7 +138,7 @@ fn stitched_index<'v, S: AsRef<str>, V: View<'v>>(
 }
 
 /// The fate of each payload item of one decode choice, in order.
-pub(crate) struct Plan {
+pub(crate) struct PayloadPlan {
     pub(crate) fates: Vec<Fate>,
 }
 

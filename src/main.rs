@@ -32,17 +32,17 @@ enum Command {
     #[command(
         after_help = "Example:\n  pd-stitch merge examples/seed/prefill.json examples/seed/decode.json -o merged.json"
     )]
-    Merge(command::merge::Args),
+    Merge(command::merge::MergeArgs),
     /// Check a response's rows: coverage, gaps, overlaps, dtype and shape
     /// agreement, order, and that every segment's bytes exist in its file.
     #[command(after_help = "Example:\n  pd-stitch check merged.json --root examples/seed")]
-    Check(command::check::Args),
+    Check(command::check::CheckArgs),
     /// Reconstruct one choice's rows of a field, in position order, from the
     /// files (by handle) or the inline value.
     #[command(
         after_help = "Example:\n  pd-stitch gather merged.json --choice 1 --root examples/seed --npy rows.npy"
     )]
-    Gather(command::gather::Args),
+    Gather(command::gather::GatherArgs),
     /// Compare two responses' rows position by position (a P/D deployment's
     /// against a colocated server's): rows equal, equal as sets of experts,
     /// per layer and per region, where they first differ, and positions one
@@ -51,16 +51,16 @@ enum Command {
     #[command(
         after_help = "Example:\n  pd-stitch compare merged.json examples/seed/decode.json --root-a examples/seed --root-b examples/seed --svg map.svg"
     )]
-    Compare(command::compare::Args),
+    Compare(command::compare::CompareArgs),
     /// Print the shell completion script of pd-stitch on stdout.
     #[command(
         after_help = "Example:\n  pd-stitch completions bash > ~/.local/share/bash-completion/completions/pd-stitch"
     )]
-    Completions(command::completions::Args),
+    Completions(command::completions::CompletionsArgs),
     /// Simulate a colocated server and a 1P1D deployment over the same truth,
     /// stitch every request in every form, and check the rows bitwise.
     #[command(after_help = "Example:\n  pd-stitch simulate --requests 40 --seed 7")]
-    Simulate(command::simulate::Args),
+    Simulate(command::simulate::SimulateArgs),
 }
 
 fn main() -> ExitCode {

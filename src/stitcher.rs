@@ -7,7 +7,7 @@ use crate::error::Error;
 use crate::fields::DEFAULT_FIELDS;
 use crate::handle;
 use crate::merge::value::merge;
-use crate::merge::{default_mode, Kinds, Mode, BOTH, BY_HANDLE, INLINE};
+use crate::merge::{default_spec, Spec};
 
 /// The JSON entry points, for a chosen set of stitched fields.
 ///
@@ -130,11 +130,11 @@ impl Stitcher {
         self
     }
 
-    /// How this stitcher merges the `kinds` of rows.
-    fn mode(&self, kinds: Kinds) -> Mode<'_, String> {
-        Mode {
+    /// How this stitcher merges what `what` names.
+    fn spec(&self, what: Stitch) -> Spec<'_, String> {
+        Spec {
             fields: &self.fields,
-            kinds,
+            what,
             strict: self.strict,
         }
     }
@@ -169,7 +169,7 @@ impl Stitcher {
     ///
     /// See [`merge_routed_experts_for_pd`]; on error `decode` is unchanged.
     pub fn merge(&self, prefill: &Value, decode: &mut Value, what: Stitch) -> Result<bool, Error> {
-        merge(self.mode(what.kinds()), prefill, decode)
+        merge(self.spec(what), prefill, decode)
     }
 
     /// [`merge`](Stitcher::merge) on raw JSON bytes, the decode rewritten in
@@ -185,7 +185,7 @@ impl Stitcher {
         decode: &mut Vec<u8>,
         what: Stitch,
     ) -> Result<bool, Error> {
-        crate::bytes::merge(self.mode(what.kinds()), prefill, decode)
+        crate::bytes::merge(self.spec(what), prefill, decode)
     }
 
     /// The bytes merge of the rows `what` names, reading `decode` where it is
@@ -206,7 +206,7 @@ impl Stitcher {
         what: Stitch,
         write: impl FnOnce(crate::bytes::Stitched<'_>) -> R,
     ) -> Result<Option<R>, Error> {
-        crate::bytes::merge_with(self.mode(what.kinds()), prefill, decode, write)
+        crate::bytes::merge_with(self.spec(what), prefill, decode, write)
     }
 
     /// [`prefill_has_routed_experts`](Stitcher::prefill_has_routed_experts) on
@@ -330,12 +330,14 @@ pub enum Stitch {
 }
 
 impl Stitch {
-    pub(crate) fn kinds(self) -> Kinds {
-        match self {
-            Stitch::ForPd => BOTH,
-            Stitch::Payload => BY_HANDLE,
-            Stitch::Inline => INLINE,
-        }
+    /// Whether inline rows are stitched.
+    pub(crate) fn inline(self) -> bool {
+        matches!(self, Stitch::ForPd | Stitch::Inline)
+    }
+
+    /// Whether rows by handle are stitched.
+    pub(crate) fn by_handle(self) -> bool {
+        matches!(self, Stitch::ForPd | Stitch::Payload)
     }
 }
 
@@ -396,7 +398,7 @@ impl Stitch {
 ///   an array, a choice not an object, or a `payload` neither an array nor
 ///   null.
 pub fn merge_routed_payload_in_json(prefill: &Value, decode: &mut Value) -> Result<bool, Error> {
-    merge(default_mode(BY_HANDLE), prefill, decode)
+    merge(default_spec(Stitch::Payload), prefill, decode)
 }
 
 /// The inline P/D merge of `choices[i].routed_experts`, in place: the
@@ -453,7 +455,7 @@ pub fn merge_routed_payload_in_json(prefill: &Value, decode: &mut Value) -> Resu
 /// - [`Error::Coverage`]: the decode's rows leave a gap after the prefill's,
 ///   or do not reach the cut.
 pub fn merge_routed_experts_in_json(prefill: &Value, decode: &mut Value) -> Result<bool, Error> {
-    merge(default_mode(INLINE), prefill, decode)
+    merge(default_spec(Stitch::Inline), prefill, decode)
 }
 
 /// What a router calls after a non-streaming P/D request: the inline merge
@@ -480,7 +482,7 @@ pub fn merge_routed_experts_in_json(prefill: &Value, decode: &mut Value) -> Resu
 /// Any error of either merge; `decode` is then exactly as it was, whichever
 /// merge failed.
 pub fn merge_routed_experts_for_pd(prefill: &Value, decode: &mut Value) -> Result<bool, Error> {
-    merge(default_mode(BOTH), prefill, decode)
+    merge(default_spec(Stitch::ForPd), prefill, decode)
 }
 
 /// Whether `prefill.choices[0]` has rows to stitch: a non-null inline

@@ -83,11 +83,11 @@ mod write;
 
 use crate::error::{Error, Side};
 use crate::fields::DEFAULT_FIELDS;
-use crate::merge::{self, default_mode, Mode, BOTH, BY_HANDLE, INLINE};
+use crate::merge::{self, default_spec, Spec};
 use crate::splice::{self, Edit};
 
 use scan::Doc;
-use view::Node;
+use view::ScannedValue;
 
 /// [`merge_routed_experts_for_pd`](crate::merge_routed_experts_for_pd) on raw
 /// JSON bytes: the inline and the by-handle merge, as one atomic step.
@@ -99,7 +99,7 @@ use view::Node;
 /// first), else the errors of the `Value` function, at the same places; on
 /// error `decode` is unchanged.
 pub fn merge_routed_experts_for_pd(prefill: &[u8], decode: &mut Vec<u8>) -> Result<bool, Error> {
-    merge(default_mode(BOTH), prefill, decode)
+    merge(default_spec(crate::Stitch::ForPd), prefill, decode)
 }
 
 /// [`merge_routed_payload_in_json`](crate::merge_routed_payload_in_json) on
@@ -109,7 +109,7 @@ pub fn merge_routed_experts_for_pd(prefill: &[u8], decode: &mut Vec<u8>) -> Resu
 ///
 /// As [`merge_routed_experts_for_pd`].
 pub fn merge_routed_payload_in_json(prefill: &[u8], decode: &mut Vec<u8>) -> Result<bool, Error> {
-    merge(default_mode(BY_HANDLE), prefill, decode)
+    merge(default_spec(crate::Stitch::Payload), prefill, decode)
 }
 
 /// [`merge_routed_experts_in_json`](crate::merge_routed_experts_in_json) on
@@ -119,7 +119,7 @@ pub fn merge_routed_payload_in_json(prefill: &[u8], decode: &mut Vec<u8>) -> Res
 ///
 /// As [`merge_routed_experts_for_pd`].
 pub fn merge_routed_experts_in_json(prefill: &[u8], decode: &mut Vec<u8>) -> Result<bool, Error> {
-    merge(default_mode(INLINE), prefill, decode)
+    merge(default_spec(crate::Stitch::Inline), prefill, decode)
 }
 
 /// [`prefill_has_routed_experts`](crate::prefill_has_routed_experts) on raw
@@ -184,19 +184,19 @@ fn scan(side: Side, text: &[u8]) -> Result<Doc<'_>, Error> {
     })
 }
 
-/// The bytes merge as `mode` says.
+/// The bytes merge as `spec` says.
 pub(crate) fn merge<S: AsRef<str>>(
-    mode: Mode<'_, S>,
+    spec: Spec<'_, S>,
     prefill: &[u8],
     decode: &mut Vec<u8>,
 ) -> Result<bool, Error> {
     let prefill = scan(Side::Prefill, prefill)?;
     let edits = {
         let doc = scan(Side::Decode, decode)?;
-        let plan = merge::plan(mode, Node::root(&prefill), Node::root(&doc))?;
+        let plan = merge::plan(spec, ScannedValue::root(&prefill), ScannedValue::root(&doc))?;
         match plan {
             None => return Ok(false),
-            Some(plan) => write::edits(plan, Node::root(&prefill), &doc),
+            Some(plan) => write::edits(plan, ScannedValue::root(&prefill), &doc),
         }
     };
     crate::splice::apply(decode, &edits);
@@ -248,20 +248,25 @@ impl std::fmt::Debug for Stitched<'_> {
     }
 }
 
-/// The bytes merge as `mode` says, written by `write` from a [`Stitched`];
+/// The bytes merge as `spec` says, written by `write` from a [`Stitched`];
 /// `None` when there is nothing to stitch.
 pub(crate) fn merge_with<S: AsRef<str>, R>(
-    mode: Mode<'_, S>,
+    spec: Spec<'_, S>,
     prefill: &[u8],
     decode: &[u8],
     write: impl FnOnce(Stitched<'_>) -> R,
 ) -> Result<Option<R>, Error> {
     let prefill_doc = scan(Side::Prefill, prefill)?;
     let doc = scan(Side::Decode, decode)?;
-    let Some(plan) = merge::plan(mode, Node::root(&prefill_doc), Node::root(&doc))? else {
+    let Some(plan) = merge::plan(
+        spec,
+        ScannedValue::root(&prefill_doc),
+        ScannedValue::root(&doc),
+    )?
+    else {
         return Ok(None);
     };
-    let edits = write::edits(plan, Node::root(&prefill_doc), &doc);
+    let edits = write::edits(plan, ScannedValue::root(&prefill_doc), &doc);
     Ok(Some(write(Stitched {
         decode,
         len: splice::new_len(decode.len(), &edits),
@@ -272,5 +277,8 @@ pub(crate) fn merge_with<S: AsRef<str>, R>(
 /// Whether the prefill text has rows of `fields` (or inline rows) to stitch.
 pub(crate) fn prefill_has_rows<S: AsRef<str>>(fields: &[S], prefill: &[u8]) -> Result<bool, Error> {
     let doc = scan(Side::Prefill, prefill)?;
-    Ok(crate::handle::prefill_has_rows(fields, Node::root(&doc)))
+    Ok(crate::handle::prefill_has_rows(
+        fields,
+        ScannedValue::root(&doc),
+    ))
 }

@@ -1,4 +1,4 @@
-//! [`Node`]: a [`View`] of a value recorded by the [scanner](super::scan),
+//! [`ScannedValue`]: a [`View`] of a value recorded by the [scanner](super::scan),
 //! with `serde_json::Value`'s semantics read off the raw text.
 
 use std::borrow::Cow;
@@ -11,15 +11,15 @@ use crate::view::{Kind, View};
 
 /// A recorded value of a scanned text.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Node<'d> {
+pub(crate) struct ScannedValue<'d> {
     doc: &'d Doc<'d>,
     index: usize,
 }
 
-impl<'d> Node<'d> {
+impl<'d> ScannedValue<'d> {
     /// The root of `doc`.
-    pub(crate) fn root(doc: &'d Doc<'d>) -> Node<'d> {
-        Node { doc, index: 0 }
+    pub(crate) fn root(doc: &'d Doc<'d>) -> ScannedValue<'d> {
+        ScannedValue { doc, index: 0 }
     }
 
     fn node(self) -> Option<&'d super::scan::Node> {
@@ -38,7 +38,7 @@ impl<'d> Node<'d> {
     }
 
     /// The recorded children, in text order, when they were recorded.
-    fn children(self) -> Option<impl Iterator<Item = Node<'d>> + 'd> {
+    fn children(self) -> Option<impl Iterator<Item = ScannedValue<'d>> + 'd> {
         let node = self.node().filter(|node| node.indexed)?;
         let (doc, end) = (self.doc, node.end);
         let mut next = self.index + 1;
@@ -46,7 +46,7 @@ impl<'d> Node<'d> {
             if next >= end {
                 return None;
             }
-            let child = Node { doc, index: next };
+            let child = ScannedValue { doc, index: next };
             next = doc.node(next).map_or(end, |n| n.end);
             Some(child)
         }))
@@ -71,7 +71,7 @@ impl<'d> Node<'d> {
     }
 }
 
-impl<'d> View<'d> for Node<'d> {
+impl<'d> View<'d> for ScannedValue<'d> {
     fn kind(self) -> Kind {
         self.node().map_or(Kind::Null, |node| node.kind)
     }

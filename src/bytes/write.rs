@@ -13,7 +13,7 @@ use std::borrow::Cow;
 use std::ops::Range;
 
 use super::scan::Doc;
-use super::view::Node;
+use super::view::ScannedValue;
 use crate::fields::ROUTED_EXPERTS;
 use crate::handle::Fate;
 use crate::inline::{rows_text, Merged, Text};
@@ -23,10 +23,14 @@ use crate::splice::Edit;
 use crate::view::{Kind, View};
 
 /// The edits that write `plan` into the decode `doc` it was made from.
-pub(crate) fn edits<'p>(plan: Plan<Node<'p>>, prefill: Node<'p>, doc: &Doc<'_>) -> Vec<Edit<'p>> {
+pub(crate) fn edits<'p>(
+    plan: Plan<ScannedValue<'p>>,
+    prefill: ScannedValue<'p>,
+    doc: &Doc<'_>,
+) -> Vec<Edit<'p>> {
     let mut edits = Vec::new();
     let prefill_text = prefill_rows(prefill).and_then(rows_text);
-    let choices = Node::root(doc)
+    let choices = ScannedValue::root(doc)
         .get("choices")
         .and_then(View::elements)
         .into_iter()
@@ -44,7 +48,11 @@ pub(crate) fn edits<'p>(plan: Plan<Node<'p>>, prefill: Node<'p>, doc: &Doc<'_>) 
 }
 
 /// The edit that gives `choice` its merged payload.
-fn payload_edit<'p>(prefix: &[Node<'_>], fates: &[Fate], choice: Node<'_>) -> Edit<'p> {
+fn payload_edit<'p>(
+    prefix: &[ScannedValue<'_>],
+    fates: &[Fate],
+    choice: ScannedValue<'_>,
+) -> Edit<'p> {
     let items = choice.get("payload").filter(|p| p.kind() == Kind::Array);
     let mut text = Vec::new();
     text.push(b'[');
@@ -101,7 +109,7 @@ fn separate(text: &mut Vec<u8>) {
 
 /// Appends the text of the segment `item` with the values of `numbers`
 /// rewritten (their last occurrence, the one a JSON reader keeps).
-fn clipped(item: Node<'_>, numbers: [(&str, u64); 3], out: &mut Vec<u8>) {
+fn clipped(item: ScannedValue<'_>, numbers: [(&str, u64); 3], out: &mut Vec<u8>) {
     let base = item.span().start;
     let mut spans: Vec<(Range<usize>, u64)> = numbers
         .iter()
@@ -124,7 +132,7 @@ fn clipped(item: Node<'_>, numbers: [(&str, u64); 3], out: &mut Vec<u8>) {
 fn inline_edits<'p>(
     merged: Merged,
     prefill_text: Option<&Cow<'p, [u8]>>,
-    choice: Node<'_>,
+    choice: ScannedValue<'_>,
     edits: &mut Vec<Edit<'p>>,
 ) {
     let Some(rows) = choice.get(ROUTED_EXPERTS) else {
@@ -166,7 +174,11 @@ fn inline_edits<'p>(
 
 /// The edit that writes the merged rows `text` over the decode's rows text,
 /// the string `node`: in place where the text allows (see [`Text::edit`]).
-fn text_edit<'p>(text: &Text, prefill_text: Option<&Cow<'p, [u8]>>, node: Node<'_>) -> Edit<'p> {
+fn text_edit<'p>(
+    text: &Text,
+    prefill_text: Option<&Cow<'p, [u8]>>,
+    node: ScannedValue<'_>,
+) -> Edit<'p> {
     let decode_text = node.as_bytes().unwrap_or_default();
     let span = node.span();
     // The buffer holds the text itself when it has no escapes.

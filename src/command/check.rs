@@ -10,7 +10,7 @@ use super::{confined, read_json};
 
 // What `check` takes; the command's help is on `Command::Check`.
 #[derive(clap::Args)]
-pub struct Args {
+pub struct CheckArgs {
     /// The response (JSON); several are checked one after the other.
     #[arg(required = true, value_name = "RESPONSE")]
     responses: Vec<PathBuf>,
@@ -27,7 +27,7 @@ pub struct Args {
 /// One response as it always was; several one after the other, each under a
 /// `== FILE` line, with progress, exit status 1 when any is wrong or cannot
 /// be read (said on stderr, and the others still checked).
-pub fn run(args: Args, quiet: bool) -> Result<ExitCode, String> {
+pub fn run(args: CheckArgs, quiet: bool) -> Result<ExitCode, String> {
     check(&args.responses, &confined(&args.root, &args.allow)?, quiet)
 }
 

@@ -16,7 +16,7 @@ use super::{confined, read_json};
 
 // What `compare` takes; the command's help is on `Command::Compare`.
 #[derive(clap::Args)]
-pub struct Args {
+pub struct CompareArgs {
     /// Response A (JSON).
     #[arg(required_unless_present = "dirs")]
     a: Option<PathBuf>,
@@ -54,8 +54,8 @@ pub struct Args {
     svg: Option<PathBuf>,
 }
 
-pub fn run(args: Args, quiet: bool) -> Result<ExitCode, String> {
-    let Args {
+pub fn run(args: CompareArgs, quiet: bool) -> Result<ExitCode, String> {
+    let CompareArgs {
         a,
         b,
         dirs,

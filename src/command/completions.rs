@@ -9,12 +9,12 @@ use crate::Cli;
 
 // What `completions` takes; the command's help is on `Command::Completions`.
 #[derive(clap::Args)]
-pub struct Args {
+pub struct CompletionsArgs {
     /// The shell: bash, zsh, fish, elvish or powershell.
     shell: clap_complete::Shell,
 }
 
-pub fn run(args: Args) -> Result<ExitCode, String> {
+pub fn run(args: CompletionsArgs) -> Result<ExitCode, String> {
     let mut out = Vec::new();
     clap_complete::generate(args.shell, &mut Cli::command(), "pd-stitch", &mut out);
     std::io::stdout()

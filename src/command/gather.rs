@@ -12,7 +12,7 @@ use super::{confined, read_json};
 
 // What `gather` takes; the command's help is on `Command::Gather`.
 #[derive(clap::Args)]
-pub struct Args {
+pub struct GatherArgs {
     /// The response (JSON).
     response: PathBuf,
     /// The choice.
@@ -34,8 +34,8 @@ pub struct Args {
     npy: Option<PathBuf>,
 }
 
-pub fn run(args: Args) -> Result<ExitCode, String> {
-    let Args {
+pub fn run(args: GatherArgs) -> Result<ExitCode, String> {
+    let GatherArgs {
         response,
         choice,
         field,

@@ -13,7 +13,7 @@ use super::read_bytes;
 
 // What `merge` takes; the command's help is on `Command::Merge`.
 #[derive(clap::Args)]
-pub struct Args {
+pub struct MergeArgs {
     /// The prefill instance's response (JSON).
     prefill: PathBuf,
     /// The decode instance's response (JSON).
@@ -36,8 +36,8 @@ pub struct Args {
 
 /// Stitches the two files' texts on the bytes path: the output is the decode's
 /// text with only the stitched values changed (re-indented with `--pretty`).
-pub fn run(args: Args) -> Result<ExitCode, String> {
-    let Args {
+pub fn run(args: MergeArgs) -> Result<ExitCode, String> {
+    let MergeArgs {
         prefill,
         decode,
         fields,

@@ -13,7 +13,7 @@ use super::progress::Progress;
 
 // What `simulate` takes; the command's help is on `Command::Simulate`.
 #[derive(clap::Args)]
-pub struct Args {
+pub struct SimulateArgs {
     /// How many requests.
     #[arg(long, default_value_t = 160)]
     requests: usize,
@@ -28,8 +28,8 @@ pub struct Args {
     concurrency: usize,
 }
 
-pub fn run(args: Args, quiet: bool) -> Result<ExitCode, String> {
-    let Args {
+pub fn run(args: SimulateArgs, quiet: bool) -> Result<ExitCode, String> {
+    let SimulateArgs {
         requests,
         seed,
         dir,

@@ -2,7 +2,7 @@
 //! choice without stopping at the first problem, for each field its coverage,
 //! gaps and overlaps, dtype and shape agreement, payload order, and whether
 //! every segment's bytes exist in its file, and collect it all in a
-//! [`Report`].
+//! [`CheckReport`].
 
 use std::path::Path;
 
@@ -16,7 +16,7 @@ use crate::json::choice_at;
 use crate::response::item_at;
 
 use super::read::segments_of;
-use super::report::{list, FieldReport, Report};
+use super::report::{list, CheckReport, FieldReport};
 use super::{GatherError, Store};
 
 /// Looks over every choice of `response`: for each field of its payload
@@ -26,10 +26,10 @@ use super::{GatherError, Store};
 /// each segment's bytes exist in its file (relative names resolved against
 /// `root`, and only files inside `root` looked at: see [`check_from`] to
 /// allow more directories).
-pub fn check(response: &Value, root: &Path) -> Report {
+pub fn check(response: &Value, root: &Path) -> CheckReport {
     match Store::confined(root, &[]) {
         Ok(store) => check_from(response, &store),
-        Err(err) => Report {
+        Err(err) => CheckReport {
             fields: Vec::new(),
             problems: vec![format!("root {}: {err}", root.display())],
         },
@@ -38,8 +38,8 @@ pub fn check(response: &Value, root: &Path) -> Report {
 
 /// [`check`], looking at files through `store`: a file outside the store's
 /// allowed directories is a problem of its segment, and is not looked at.
-pub fn check_from(response: &Value, store: &Store) -> Report {
-    let mut report = Report::default();
+pub fn check_from(response: &Value, store: &Store) -> CheckReport {
+    let mut report = CheckReport::default();
     let choices = match response.get("choices") {
         Some(Value::Array(choices)) => choices,
         other => {
@@ -66,7 +66,7 @@ pub fn check_from(response: &Value, store: &Store) -> Report {
     report
 }
 
-fn check_payload(choice: &Map<String, Value>, i: usize, store: &Store, report: &mut Report) {
+fn check_payload(choice: &Map<String, Value>, i: usize, store: &Store, report: &mut CheckReport) {
     let items = match choice.get("payload") {
         None | Some(Value::Null) => return,
         Some(Value::Array(items)) => items,

@@ -21,7 +21,7 @@
 //! - `store.rs`: [`Store`], where files are read from, and its confinement;
 //! - `read.rs`: [`gather`], [`gather_from`] and [`Gathered`], reading rows;
 //! - `check.rs`: [`check`] and [`check_from`], checking a layout;
-//! - `report.rs`: [`Report`] and [`FieldReport`], what `check` found;
+//! - `report.rs`: [`CheckReport`] and [`FieldReport`], what `check` found;
 //! - `error.rs`: [`GatherError`].
 
 mod check;
@@ -33,7 +33,7 @@ mod store;
 pub use check::{check, check_from};
 pub use error::{GatherError, GatherErrorKind};
 pub use read::{gather, gather_from, gather_runs_from, Gathered, Source};
-pub use report::{FieldReport, Report};
+pub use report::{CheckReport, FieldReport};
 pub use store::{Confinement, Store};
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! What [`check`](super::check) found: a [`Report`] of one line per choice
+//! What [`check`](super::check) found: a [`CheckReport`] of one line per choice
 //! and field ([`FieldReport`]), displayed as the table `pd-stitch check`
 //! prints.
 
@@ -8,14 +8,14 @@ use crate::algebra::{Dtype, Rows};
 
 /// What [`check`](super::check) found in one response.
 #[derive(Debug, Default)]
-pub struct Report {
+pub struct CheckReport {
     /// One line per choice and field.
     pub fields: Vec<FieldReport>,
     /// Problems that belong to no field (the response's structure).
     pub problems: Vec<String>,
 }
 
-impl Report {
+impl CheckReport {
     /// Whether nothing is wrong.
     pub fn is_ok(&self) -> bool {
         self.problems.is_empty() && self.fields.iter().all(|f| f.problems.is_empty())
@@ -61,7 +61,7 @@ impl FieldReport {
     }
 }
 
-impl fmt::Display for Report {
+impl fmt::Display for CheckReport {
     /// A table, one line per choice and field, then the problems.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(

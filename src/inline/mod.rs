@@ -44,17 +44,17 @@ use text::Encoder;
 pub(crate) use text::{SourceId, Text};
 
 /// The prefill's inline rows, validated.
-pub(crate) struct Prefill<'p> {
+pub(crate) struct PrefillRows<'p> {
     rows: Inline<'p>,
 }
 
-impl<'p> Prefill<'p> {
+impl<'p> PrefillRows<'p> {
     /// Reads and validates `prefill.choices[0].routed_experts`; `None` when it
     /// is missing or null.
-    pub(crate) fn read<V: View<'p>>(prefill: V) -> Result<Option<Prefill<'p>>, Error> {
+    pub(crate) fn read<V: View<'p>>(prefill: V) -> Result<Option<PrefillRows<'p>>, Error> {
         prefill_rows(prefill)
             .map(|value| {
-                Inline::parse(value, || rows_at(Side::Prefill, 0)).map(|rows| Prefill { rows })
+                Inline::parse(value, || rows_at(Side::Prefill, 0)).map(|rows| PrefillRows { rows })
             })
             .transpose()
     }

@@ -20,47 +20,25 @@ use crate::error::{Error, Location, Side};
 use crate::fields::DEFAULT_FIELDS;
 use crate::json::choice_at;
 use crate::view::{describe_view, Kind, View};
-use crate::{handle, inline};
+use crate::{handle, inline, Stitch};
 
-/// Which kinds of rows a merge stitches.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Kinds {
-    pub(crate) inline: bool,
-    pub(crate) by_handle: bool,
-}
-
-/// The by-handle merge alone.
-pub(crate) const BY_HANDLE: Kinds = Kinds {
-    inline: false,
-    by_handle: true,
-};
-/// The inline merge alone.
-pub(crate) const INLINE: Kinds = Kinds {
-    inline: true,
-    by_handle: false,
-};
-/// Both, as one atomic step.
-pub(crate) const BOTH: Kinds = Kinds {
-    inline: true,
-    by_handle: true,
-};
-
-/// How the free functions merge the `kinds` of rows: the default fields, not
+/// How the free functions merge what `what` names: the default fields, not
 /// strict.
-pub(crate) fn default_mode(kinds: Kinds) -> Mode<'static, &'static str> {
-    Mode {
+pub(crate) fn default_spec(what: Stitch) -> Spec<'static, &'static str> {
+    Spec {
         fields: DEFAULT_FIELDS,
-        kinds,
+        what,
         strict: false,
     }
 }
 
-/// How a merge is made: the stitched fields, the kinds of rows, and whether
-/// merged layouts are held against the layout rule ([`crate::strict`]).
+/// How a merge is made: the stitched fields, which rows ([`Stitch`]: both
+/// kinds, or inline or by-handle rows alone), and whether merged layouts are
+/// held against the layout rule ([`crate::strict`]).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Mode<'f, S> {
+pub(crate) struct Spec<'f, S> {
     pub(crate) fields: &'f [S],
-    pub(crate) kinds: Kinds,
+    pub(crate) what: Stitch,
     pub(crate) strict: bool,
 }
 
@@ -68,7 +46,7 @@ pub(crate) struct Mode<'f, S> {
 /// decode payload, and each decode choice's new values, by choice index.
 pub(crate) struct Plan<V> {
     /// The prefill's by-handle side, when it is stitched.
-    pub(crate) by_handle: Option<handle::Prefill<V>>,
+    pub(crate) by_handle: Option<handle::PrefillSegments<V>>,
     /// What each decode choice gets, in choice order.
     pub(crate) choices: Vec<ChoicePlan>,
 }
@@ -76,13 +54,13 @@ pub(crate) struct Plan<V> {
 /// What each kind writes into one decode choice.
 pub(crate) struct ChoicePlan {
     pub(crate) inline: Option<inline::Merged>,
-    pub(crate) by_handle: Option<handle::Plan>,
+    pub(crate) by_handle: Option<handle::PayloadPlan>,
 }
 
 /// Plans the merge of the enabled kinds of rows of `prefill` into `decode`:
 /// `Ok(None)` when there is nothing to stitch.
 pub(crate) fn plan<'p, 'd, S, P, D>(
-    mode: Mode<'_, S>,
+    spec: Spec<'_, S>,
     prefill: P,
     decode: D,
 ) -> Result<Option<Plan<P>>, Error>
@@ -91,27 +69,27 @@ where
     P: View<'p>,
     D: View<'d>,
 {
-    let Mode {
+    let Spec {
         fields,
-        kinds,
+        what,
         strict,
-    } = mode;
-    let inline = if kinds.inline {
-        inline::Prefill::read(prefill)?
+    } = spec;
+    let inline = if what.inline() {
+        inline::PrefillRows::read(prefill)?
     } else {
         None
     };
-    let by_handle = if kinds.by_handle {
-        handle::Prefill::read(fields, prefill)?
+    let by_handle = if what.by_handle() {
+        handle::PrefillSegments::read(fields, prefill)?
     } else {
         None
     };
-    if kinds.inline && inline.is_none() {
+    if what.inline() && inline.is_none() {
         if let Some(err) = inline::first_orphan(decode) {
             return Err(err);
         }
     }
-    if kinds.by_handle && by_handle.is_none() {
+    if what.by_handle() && by_handle.is_none() {
         if let Some(err) = handle::first_orphan(fields, decode) {
             return Err(err);
         }

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 
 use serde_json::{Map, Value};
 
-use super::{Mode, Plan};
+use super::{Plan, Spec};
 use crate::error::Error;
 use crate::fields::ROUTED_EXPERTS;
 use crate::handle::Fate;
@@ -16,11 +16,11 @@ use crate::splice;
 /// Stitches the enabled kinds of rows of `prefill` into `decode`: plans, then
 /// writes. On error `decode` is untouched.
 pub(crate) fn merge<S: AsRef<str>>(
-    mode: Mode<'_, S>,
+    spec: Spec<'_, S>,
     prefill: &Value,
     decode: &mut Value,
 ) -> Result<bool, Error> {
-    let Some(plan) = super::plan(mode, prefill, &*decode)? else {
+    let Some(plan) = super::plan(spec, prefill, &*decode)? else {
         return Ok(false);
     };
     apply(plan, prefill, decode);
