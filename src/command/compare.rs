@@ -178,7 +178,7 @@ fn compare_dirs(
     names.sort();
     names.dedup();
     let mut worst = 0u8;
-    let mut totals = (0u64, 0u64, 0u64, 0u64);
+    let mut totals = Totals::default();
     let (mut equal_files, mut errors) = (0usize, 0usize);
     let mut entries = Vec::new();
     if !json {
@@ -210,13 +210,8 @@ fn compare_dirs(
         }
         match compare_pair(&dir_a.join(name), &dir_b.join(name), stores, options) {
             Ok(report) => {
-                let (compared, equal, sets, one_side) = report.totals();
-                totals = (
-                    totals.0 + compared,
-                    totals.1 + equal,
-                    totals.2 + sets,
-                    totals.3 + one_side,
-                );
+                let file = Totals::of(&report);
+                totals.add(file);
                 let same = report.all_equal();
                 equal_files += usize::from(same);
                 worst = worst.max(u8::from(!same));
@@ -226,9 +221,11 @@ fn compare_dirs(
                     entries.push(entry);
                 } else {
                     progress.say(&format!(
-                        "{name:<32}  {compared:>9}  {:>20}  {:>20}  {one_side:>8}  {}",
-                        compare::fraction(equal, compared),
-                        compare::fraction(sets, compared),
+                        "{name:<32}  {:>9}  {:>20}  {:>20}  {:>8}  {}",
+                        file.compared,
+                        fraction(file.equal_rows, file.compared),
+                        fraction(file.equal_sets, file.compared),
+                        file.one_side_only,
                         if same { "equal" } else { "DIFFERENT" }
                     ));
                 }
@@ -255,10 +252,52 @@ fn compare_dirs(
             "total: {} file(s), {equal_files} equal, {} different or missing, {errors} error(s); rows equal {}, equal sets {}, {} position(s) on one side only",
             names.len(),
             names.len() - equal_files - errors,
-            compare::fraction(totals.1, totals.0),
-            compare::fraction(totals.2, totals.0),
-            totals.3
+            fraction(totals.equal_rows, totals.compared),
+            fraction(totals.equal_sets, totals.compared),
+            totals.one_side_only
         );
     }
     worst
+}
+
+/// The counts of one line of the `--dirs` table: a file's, or all files'.
+#[derive(Clone, Copy, Default)]
+struct Totals {
+    compared: u64,
+    equal_rows: u64,
+    equal_sets: u64,
+    one_side_only: u64,
+}
+
+impl Totals {
+    /// Over the choices of `report`.
+    fn of(report: &compare::Report) -> Totals {
+        let mut totals = Totals::default();
+        for c in &report.choices {
+            totals.add(Totals {
+                compared: c.compared,
+                equal_rows: c.equal_rows,
+                equal_sets: c.equal_sets,
+                one_side_only: c.one_side_only(),
+            });
+        }
+        totals
+    }
+
+    fn add(&mut self, other: Totals) {
+        self.compared += other.compared;
+        self.equal_rows += other.equal_rows;
+        self.equal_sets += other.equal_sets;
+        self.one_side_only += other.one_side_only;
+    }
+}
+
+/// `n/of (p%)`, or `n/0` when nothing was compared: as `compare::Report`
+/// prints its fractions, so that the table and the reports read alike.
+fn fraction(n: u64, of: u64) -> String {
+    if of == 0 {
+        format!("{n}/0")
+    } else {
+        format!("{n}/{of} ({:.2}%)", 100.0 * n as f64 / of as f64)
+    }
 }

@@ -36,9 +36,7 @@ use crate::algebra::{Dtype, Rows};
 use crate::fields::ROUTED_EXPERTS;
 use crate::gather::{gather_runs_from, GatherError, Gathered, Store};
 
-pub use report::{
-    fraction, Cell, Cells, ChoiceReport, Difference, PromptLen, PromptSource, Region, Report,
-};
+pub use report::{Cell, Cells, ChoiceReport, Difference, PromptLen, PromptSource, Region, Report};
 
 /// What to compare.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -346,24 +346,11 @@ impl Report {
             "choices": self.choices.iter().map(ChoiceReport::to_json).collect::<Vec<_>>(),
         })
     }
-
-    /// Totals over the choices: (compared, equal rows, equal sets, positions
-    /// covered by one side only).
-    pub fn totals(&self) -> (u64, u64, u64, u64) {
-        self.choices.iter().fold((0, 0, 0, 0), |t, c| {
-            (
-                t.0 + c.compared,
-                t.1 + c.equal_rows,
-                t.2 + c.equal_sets,
-                t.3 + c.one_side_only(),
-            )
-        })
-    }
 }
 
 /// `n/of (p%)`, as the reports print fractions, or `n/0` when nothing was
 /// compared.
-pub fn fraction(n: u64, of: u64) -> String {
+fn fraction(n: u64, of: u64) -> String {
     if of == 0 {
         format!("{n}/0")
     } else {
@@ -474,7 +461,9 @@ impl fmt::Display for Report {
         for choice in &self.choices {
             write!(f, "{choice}")?;
         }
-        let (compared, equal, _, one_side) = self.totals();
+        let compared: u64 = self.choices.iter().map(|c| c.compared).sum();
+        let equal: u64 = self.choices.iter().map(|c| c.equal_rows).sum();
+        let one_side: u64 = self.choices.iter().map(ChoiceReport::one_side_only).sum();
         if self.all_equal() {
             write!(f, "all {compared} compared rows equal, same coverage")
         } else {
