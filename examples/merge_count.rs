@@ -46,14 +46,58 @@ fn timed_memcpy(decode: &[u8], into: &mut [u8]) {
     into.copy_from_slice(decode);
 }
 
+/// The median over 15 rounds of the time of one of each (N of each per
+/// round, on clones made before the round's clock starts), as a ratio to one
+/// parse: a quick look between criterion runs.
+fn ratios(prefill: &Value, decode: &Value, p: &[u8], d: &[u8], n: usize) {
+    use std::time::Instant;
+    let mut times: [Vec<f64>; 4] = Default::default();
+    for _ in 0..15 {
+        let mut values: Vec<Value> = (0..n).map(|_| decode.clone()).collect();
+        let clock = Instant::now();
+        for v in &mut values {
+            black_box(timed_value(prefill, v));
+        }
+        times[0].push(clock.elapsed().as_secs_f64() / n as f64);
+        drop(values);
+        let mut bodies: Vec<Vec<u8>> = (0..n).map(|_| d.to_vec()).collect();
+        let clock = Instant::now();
+        for b in &mut bodies {
+            black_box(timed_bytes(p, b));
+        }
+        times[1].push(clock.elapsed().as_secs_f64() / n as f64);
+        drop(bodies);
+        let clock = Instant::now();
+        let parsed: Vec<Value> = (0..n).map(|_| timed_parse(d)).collect();
+        times[2].push(clock.elapsed().as_secs_f64() / n as f64);
+        drop(parsed);
+        let mut into: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; d.len()]).collect();
+        let clock = Instant::now();
+        for i in &mut into {
+            timed_memcpy(black_box(d), i);
+        }
+        times[3].push(clock.elapsed().as_secs_f64() / n as f64);
+        black_box(&into);
+    }
+    let median = |t: &mut Vec<f64>| {
+        t.sort_by(f64::total_cmp);
+        t[t.len() / 2]
+    };
+    let [value, bytes, parse, memcpy] = times.each_mut().map(median);
+    println!(
+        "parse {:.1} us; value merge {:.4}x parse; bytes merge {:.3}x parse ({:.2}x memcpy); memcpy {:.3}x parse",
+        parse * 1e6,
+        value / parse,
+        bytes / parse,
+        bytes / memcpy,
+        memcpy / parse
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let what = args.get(1).map_or("value", String::as_str);
-    let arg = |i: usize, default: u64| {
-        args.get(i)
-            .and_then(|a| a.parse().ok())
-            .unwrap_or(default)
-    };
+    let arg = |i: usize, default: u64| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(default);
     let (choices, segments, n) = (arg(2, 8) as usize, arg(3, 32), arg(4, 100) as usize);
     let (prefill, decode) = common::by_handle(choices, segments);
     let p = serde_json::to_vec(&prefill).expect("serializable");
@@ -86,11 +130,18 @@ fn main() {
             }
             black_box(&into);
         }
+        "ratio" => {
+            ratios(&prefill, &decode, &p, &d, n);
+            return;
+        }
         other => {
-            eprintln!("unknown: {other} (value, bytes, parse, memcpy)");
+            eprintln!("unknown: {other} (value, bytes, parse, memcpy, ratio)");
             std::process::exit(2);
         }
     }
     assert_eq!(ok, n, "every merge stitched");
-    println!("{what} {choices}x{segments}: {n} done, decode {} bytes", d.len());
+    println!(
+        "{what} {choices}x{segments}: {n} done, decode {} bytes",
+        d.len()
+    );
 }

@@ -34,7 +34,7 @@ pub(crate) struct Doc<'a> {
 }
 
 /// One recorded value.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Node {
     pub(crate) kind: Kind,
     /// The value's text (a string's with its quotes).
@@ -104,11 +104,24 @@ impl Record {
 impl<'a> Doc<'a> {
     /// Validates `text` and records its merge paths.
     pub(crate) fn scan(text: &'a [u8]) -> Result<Doc<'a>, Invalid> {
+        Self::scan_with(text, true)
+    }
+
+    /// [`Doc::scan`] by the reference reader alone, one byte at a time
+    /// through every value (the fast path never taken): what the fast path
+    /// is tested against.
+    #[cfg(test)]
+    pub(crate) fn scan_reference(text: &'a [u8]) -> Result<Doc<'a>, Invalid> {
+        Self::scan_with(text, false)
+    }
+
+    fn scan_with(text: &'a [u8], fast: bool) -> Result<Doc<'a>, Invalid> {
         let mut scanner = Scanner {
             text,
             at: 0,
             nodes: Vec::new(),
             scratch: Vec::new(),
+            fast,
         };
         scanner.whitespace();
         scanner.value(Record::Root, 0..0, false, 0)?;
@@ -163,6 +176,9 @@ struct Scanner<'a> {
     nodes: Vec<Node>,
     /// Unescaped keys of the levels whose keys choose what to record.
     scratch: Vec<u8>,
+    /// Whether values recorded without their children are validated by the
+    /// fast path ([`skip`]); the reference reads every value itself.
+    fast: bool,
 }
 
 impl Scanner<'_> {
@@ -195,6 +211,39 @@ impl Scanner<'_> {
         let start = self.at;
         let index = self.nodes.len();
         let recorded = record != Record::Skip;
+        // The fast path validates what no merge reads (all but the few
+        // kilobytes of the stitched values): a value not recorded, or an
+        // array or object recorded without its children. When it refuses
+        // the text, the reference below reads the value again, so that the
+        // offset and the message are the reference's.
+        let whole = record == Record::Skip
+            || (record == Record::Opaque && matches!(self.peek(), Some(b'[' | b'{')));
+        if self.fast && whole {
+            match skip(self.text, start, depth) {
+                Ok((kind, end)) => {
+                    self.at = end;
+                    if recorded {
+                        self.nodes.push(Node {
+                            kind,
+                            span: start..end,
+                            key,
+                            end: index + 1,
+                            key_escaped,
+                            escaped: false,
+                            indexed: false,
+                            alphabet: 0,
+                        });
+                    }
+                    return Ok(());
+                }
+                Err(Refused) => {
+                    self.fast = false;
+                    let read = self.value(record, key, key_escaped, depth);
+                    self.fast = true;
+                    return read;
+                }
+            }
+        }
         if recorded {
             self.nodes.push(Node {
                 kind: Kind::Null,
@@ -564,6 +613,285 @@ impl Scanner<'_> {
     }
 }
 
+/// The fast path refused the text: the reference says where and why.
+#[derive(Debug)]
+struct Refused;
+
+/// Validates the value at `at` (no leading whitespace) and everything in
+/// it, building nothing and without recursion: its kind and the index one
+/// past it. `depth` is the nesting of the container the value is in, as
+/// [`Scanner::value`] counts it. Accepts exactly what the reference
+/// accepts (`Scanner::value` with nothing recorded); where that refuses,
+/// this refuses too, without saying why.
+fn skip(text: &[u8], at: usize, depth: usize) -> Result<(Kind, usize), Refused> {
+    let kind = match text.get(at) {
+        Some(b'[') => Kind::Array,
+        Some(b'{') => Kind::Object,
+        Some(b'"') => Kind::String,
+        Some(b't' | b'f') => Kind::Bool,
+        Some(b'n') => Kind::Null,
+        _ => Kind::Number,
+    };
+    let mut at = at;
+    // One bit per open container, the innermost lowest: 1 for an array. At
+    // most MAX_DEPTH (127) are open, so 128 bits hold them all.
+    let mut open: u128 = 0;
+    let mut level = 0usize;
+    loop {
+        // A value starts at `at`.
+        match text.get(at) {
+            Some(b'[') => {
+                level += 1;
+                if depth + level > MAX_DEPTH {
+                    return Err(Refused);
+                }
+                open = open << 1 | 1;
+                at = whitespace(text, at + 1);
+                if text.get(at) != Some(&b']') {
+                    continue;
+                }
+                at += 1;
+                level -= 1;
+                open >>= 1;
+            }
+            Some(b'{') => {
+                level += 1;
+                if depth + level > MAX_DEPTH {
+                    return Err(Refused);
+                }
+                open <<= 1;
+                at = whitespace(text, at + 1);
+                if text.get(at) != Some(&b'}') {
+                    at = member_key(text, at)?;
+                    continue;
+                }
+                at += 1;
+                level -= 1;
+                open >>= 1;
+            }
+            Some(b'"') => at = skip_string(text, at)?,
+            Some(b'-' | b'0'..=b'9') => {
+                at = skip_number(text, at)?;
+                // An array of numbers (token ids, logprobs) in one loop.
+                if open & 1 == 1 {
+                    while let (Some(b','), Some(b'-' | b'0'..=b'9')) =
+                        (text.get(at), text.get(at + 1))
+                    {
+                        at = skip_number(text, at + 1)?;
+                    }
+                }
+            }
+            Some(b't') => at = word(text, at, b"true")?,
+            Some(b'f') => at = word(text, at, b"false")?,
+            Some(b'n') => at = word(text, at, b"null")?,
+            _ => return Err(Refused),
+        }
+        // After a value: close what ends here, then the next value.
+        loop {
+            if level == 0 {
+                return Ok((kind, at));
+            }
+            at = whitespace(text, at);
+            let array = open & 1 == 1;
+            match text.get(at) {
+                Some(b',') => {
+                    at = whitespace(text, at + 1);
+                    if !array {
+                        at = member_key(text, at)?;
+                    }
+                    break;
+                }
+                Some(b']') if array => {}
+                Some(b'}') if !array => {}
+                _ => return Err(Refused),
+            }
+            at += 1;
+            level -= 1;
+            open >>= 1;
+        }
+    }
+}
+
+/// The index of the first byte from `at` on that is not JSON whitespace.
+#[inline(always)]
+fn whitespace(text: &[u8], mut at: usize) -> usize {
+    while let Some(b' ' | b'\n' | b'\t' | b'\r') = text.get(at) {
+        at += 1;
+    }
+    at
+}
+
+/// Skips an object member's key at `at`, the whitespace, the colon and the
+/// whitespace after it: the index of the member's value.
+#[inline(always)]
+fn member_key(text: &[u8], at: usize) -> Result<usize, Refused> {
+    if text.get(at) != Some(&b'"') {
+        return Err(Refused);
+    }
+    let at = whitespace(text, skip_string(text, at)?);
+    if text.get(at) != Some(&b':') {
+        return Err(Refused);
+    }
+    Ok(whitespace(text, at + 1))
+}
+
+/// Skips the literal `word` at `at`.
+#[inline(always)]
+fn word(text: &[u8], at: usize, word: &[u8]) -> Result<usize, Refused> {
+    match text.get(at..at + word.len()) {
+        Some(found) if found == word => Ok(at + word.len()),
+        _ => Err(Refused),
+    }
+}
+
+/// Skips the string at `at` (its opening quote): the index past its closing
+/// quote. `memchr2` finds the next quote or backslash; the run before it is
+/// checked at once, for control characters and, when it has a byte from
+/// 0x80, as UTF-8 by `std::str::from_utf8`. A run ends at a quote or a
+/// backslash, both ASCII, so a character cut by one is invalid in the text
+/// as in the run.
+fn skip_string(text: &[u8], at: usize) -> Result<usize, Refused> {
+    let mut at = at + 1;
+    loop {
+        let rest = text.get(at..).unwrap_or_default();
+        let end = memchr::memchr2(b'"', b'\\', rest).ok_or(Refused)?;
+        if !plain_text(rest.get(..end).unwrap_or_default()) {
+            return Err(Refused);
+        }
+        at += end;
+        if text.get(at) == Some(&b'"') {
+            return Ok(at + 1);
+        }
+        at = skip_escape(text, at)?;
+    }
+}
+
+/// Whether `run` (string text without quotes or backslashes) is valid in a
+/// string: no byte below 0x20, and UTF-8. One pass for the least and the
+/// greatest byte (which vectorizes), the UTF-8 check only when the greatest
+/// is not ASCII.
+#[inline(always)]
+fn plain_text(run: &[u8]) -> bool {
+    let (least, greatest) = run
+        .iter()
+        .fold((u8::MAX, 0u8), |(lo, hi), &b| (lo.min(b), hi.max(b)));
+    least >= 0x20 && (greatest < 0x80 || std::str::from_utf8(run).is_ok())
+}
+
+/// Skips the escape at `at` (its backslash), as [`Scanner::escape`] reads
+/// it: the index past it.
+fn skip_escape(text: &[u8], at: usize) -> Result<usize, Refused> {
+    match text.get(at + 1) {
+        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => Ok(at + 2),
+        Some(b'u') => {
+            let first = hex4(text, at + 2)?;
+            if !(0xD800..=0xDBFF).contains(&first) {
+                // A trailing surrogate alone is refused.
+                return if (0xDC00..=0xDFFF).contains(&first) {
+                    Err(Refused)
+                } else {
+                    Ok(at + 6)
+                };
+            }
+            // A leading surrogate needs a trailing one, escaped.
+            if text.get(at + 6..at + 8) != Some(b"\\u") {
+                return Err(Refused);
+            }
+            let second = hex4(text, at + 8)?;
+            if (0xDC00..=0xDFFF).contains(&second) {
+                Ok(at + 12)
+            } else {
+                Err(Refused)
+            }
+        }
+        _ => Err(Refused),
+    }
+}
+
+/// The four hex digits at `at`, as a number.
+#[inline(always)]
+fn hex4(text: &[u8], at: usize) -> Result<u16, Refused> {
+    let digits = text.get(at..at + 4).ok_or(Refused)?;
+    digits.iter().try_fold(0u16, |n, &b| {
+        let digit = (b as char).to_digit(16).ok_or(Refused)?;
+        Ok(n << 4 | digit as u16)
+    })
+}
+
+/// Skips the number at `at` (a `-` or a digit), as [`Scanner::number`]
+/// reads it: the grammar checked eight digits at a time, and only a number
+/// that could overflow an `f64` handed to `serde_json` to decide.
+#[inline(always)]
+fn skip_number(text: &[u8], start: usize) -> Result<usize, Refused> {
+    let mut at = start;
+    if text.get(at) == Some(&b'-') {
+        at += 1;
+    }
+    match text.get(at) {
+        Some(b'0') => {
+            at += 1;
+            if let Some(b'0'..=b'9') = text.get(at) {
+                return Err(Refused);
+            }
+        }
+        Some(b'1'..=b'9') => at = digits_from(text, at + 1),
+        _ => return Err(Refused),
+    }
+    let int_end = at;
+    let mut plain = true;
+    if text.get(at) == Some(&b'.') {
+        plain = false;
+        at = match text.get(at + 1) {
+            Some(b'0'..=b'9') => digits_from(text, at + 2),
+            _ => return Err(Refused),
+        };
+    }
+    let mut exponent_digits = 0;
+    if let Some(b'e' | b'E') = text.get(at) {
+        plain = false;
+        at += 1;
+        if let Some(b'+' | b'-') = text.get(at) {
+            at += 1;
+        }
+        let digits = at;
+        at = match text.get(at) {
+            Some(b'0'..=b'9') => digits_from(text, at + 1),
+            _ => return Err(Refused),
+        };
+        exponent_digits = at - digits;
+    }
+    // The reference's rule for the numbers serde_json decides.
+    let long = if plain {
+        int_end - start > 300
+    } else {
+        at - start > 300 || exponent_digits > 2
+    };
+    if long {
+        let number = text.get(start..at).unwrap_or_default();
+        if serde_json::from_slice::<serde_json::Value>(number).is_err() {
+            return Err(Refused);
+        }
+    }
+    Ok(at)
+}
+
+/// The index of the first byte from `at` on that is not an ASCII digit,
+/// eight bytes at a time.
+#[inline(always)]
+fn digits_from(text: &[u8], mut at: usize) -> usize {
+    while let Some(chunk) = text.get(at..).and_then(<[u8]>::first_chunk::<8>) {
+        let stop = first_non_digit(u64::from_le_bytes(*chunk));
+        at += stop;
+        if stop < 8 {
+            return at;
+        }
+    }
+    while let Some(b'0'..=b'9') = text.get(at) {
+        at += 1;
+    }
+    at
+}
+
 /// The length of the run of string bytes at the start of `text` that need no
 /// attention: printable ASCII other than `"` and `\`. Checks 32 bytes at a
 /// time without branching (which vectorizes), and finds the exact place only
@@ -694,7 +1022,38 @@ mod tests {
         }
     }
 
+    /// The fast path and the reference give the same answer: the same
+    /// nodes, or the same offset and message.
+    fn same_as_reference(text: &[u8]) {
+        let fast = Doc::scan(text).map(|doc| doc.nodes);
+        let reference = Doc::scan_reference(text).map(|doc| doc.nodes);
+        assert_eq!(fast, reference, "{:?}", String::from_utf8_lossy(text));
+        // The fast path itself, not the reference it falls back on: it
+        // accepts the first value of the text exactly when the reference
+        // does, and ends where it ends.
+        for depth in [0, 1, 100] {
+            let mut scanner = Scanner {
+                text,
+                at: 0,
+                nodes: Vec::new(),
+                scratch: Vec::new(),
+                fast: false,
+            };
+            let reference = scanner
+                .value(Record::Skip, 0..0, false, depth)
+                .map(|()| scanner.at);
+            let fast = skip(text, 0, depth).map(|(_, end)| end);
+            assert_eq!(
+                fast.ok(),
+                reference.ok(),
+                "{:?} at depth {depth}",
+                String::from_utf8_lossy(text)
+            );
+        }
+    }
+
     fn same_as_serde(text: &[u8]) {
+        same_as_reference(text);
         let ours = Doc::scan(text).map(|_| ());
         let theirs = serde_json::from_slice::<serde_json::Value>(text).map(|_| ());
         assert_eq!(
@@ -761,6 +1120,212 @@ mod tests {
         ];
         for case in cases {
             same_as_serde(case);
+        }
+    }
+
+    /// Each case also where the fast path reads it: not recorded, an opaque
+    /// member of a choice, an element of an opaque array, and recorded in
+    /// full (the reference alone).
+    fn in_every_place(value: &[u8]) -> Vec<Vec<u8>> {
+        let places: [(&[u8], &[u8]); 5] = [
+            (b"", b""),
+            (br#"{"usage": "#, b"}"),
+            (br#"{"choices": [{"logprobs": "#, b"}]}"),
+            (br#"{"choices": [{"logprobs": [1, "#, b", 2]}]}"),
+            (br#"{"choices": [{"payload": [{"x": "#, b"}]}]}"),
+        ];
+        places
+            .iter()
+            .map(|(before, after)| [*before, value, *after].concat())
+            .collect()
+    }
+
+    #[test]
+    fn the_fast_path_refuses_where_the_reference_does() {
+        let cases: &[&[u8]] = &[
+            b"[1,2,3]",
+            b"[1,2,]",
+            b"[1,,2]",
+            b"[-]",
+            b"[1,-]",
+            b"[1,02]",
+            b"[1.5e+07,-0.25,0e0]",
+            b"[1,2 , 3 ,4]",
+            b"[1,\"a\",2]",
+            b"{\"a\":1,\"b\":[1,2,{\"c\":null}]}",
+            b"{\"a\" :1 , \"b\" : 2}",
+            b"{\"a\":1,}",
+            b"{\"a\"}",
+            b"{\"a\":}",
+            b"{1:1}",
+            b"[true,false,null]",
+            b"[tru]",
+            b"[nulll]",
+            b"\"\\ud83d\\ude00\"",
+            b"\"\\ud83d\\u0041\"",
+            b"\"\\ud83d\"",
+            b"\"\\ud83d\\",
+            b"\"\\ud83d\\u",
+            b"\"\\ude00\"",
+            b"\"\\u00zz\"",
+            b"\"\\u00\"",
+            b"\"a\\\"b\\\\c\\/d\\b\\f\\n\\r\\t\"",
+            b"\"\\q\"",
+            b"\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\"",
+            b"\"\xc3\\n\"",
+            b"\"\xc3\"",
+            b"\"\xe2\x82\"",
+            b"\"\xf5\x80\x80\x80\"",
+            b"\"\xed\xb0\x80\"",
+            b"\"a\tb\"",
+            b"\"a\x1fb\"",
+            b"\"a\x7fb\"",
+            b"\"abc",
+            b"\"abc\\",
+            b"[1e400]",
+            b"[1E-400]",
+            b"[1e99]",
+            b"[1e999]",
+            b"[",
+            b"[1",
+            b"[1,",
+            b"{",
+            b"{\"a\"",
+            b"{\"a\":",
+            b"{\"a\":1",
+            b"]",
+            b"}",
+            b"[}",
+            b"{]",
+            b"[[[]]]",
+            b"[[[]]",
+        ];
+        for case in cases {
+            for text in in_every_place(case) {
+                same_as_serde(&text);
+            }
+        }
+        for text in in_every_place(format!("[{}]", "1".repeat(400)).as_bytes()) {
+            same_as_serde(&text);
+        }
+        for text in in_every_place(format!("[1.{}e5]", "0".repeat(400)).as_bytes()) {
+            same_as_serde(&text);
+        }
+    }
+
+    #[test]
+    fn the_fast_path_counts_nesting_as_the_reference_does() {
+        // The limit is reached inside a value the fast path reads, at every
+        // depth of the place it starts from.
+        for depth in [125, 126, 127, 128] {
+            for open in [b"[", b"{\"k\":".as_slice()] {
+                let close = if open == b"[" { b"]" } else { b"}" };
+                let value = [open.repeat(depth), b"0".to_vec(), close.repeat(depth)].concat();
+                for text in in_every_place(&value) {
+                    same_as_serde(&text);
+                }
+            }
+        }
+    }
+
+    /// Text near JSON: a value written from a small grammar with odd
+    /// spellings, whitespace and strings, then perhaps broken at one place.
+    fn near_json() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        let string = proptest::collection::vec(
+            prop_oneof![
+                Just(b"a".to_vec()),
+                Just(b"\\\"".to_vec()),
+                Just(b"\\\\".to_vec()),
+                Just(b"\\u00e9".to_vec()),
+                Just(b"\\ud83d\\ude00".to_vec()),
+                Just(b"\\ud83d".to_vec()),
+                Just(b"\\udc00".to_vec()),
+                Just("\u{e9}\u{20ac}\u{1f600}".as_bytes().to_vec()),
+                Just(b"\xc3".to_vec()),
+                Just(b"\x1f".to_vec()),
+                Just(b"\\x".to_vec()),
+                Just(b"routed_experts".to_vec()),
+                "[ -~]{0,40}".prop_map(String::into_bytes),
+            ],
+            0..6,
+        )
+        .prop_map(|parts| [b"\"".to_vec(), parts.concat(), b"\"".to_vec()].concat());
+        let number = (
+            "-?(0|[1-9][0-9]{0,20})",
+            proptest::option::of("\\.[0-9]{1,20}"),
+            proptest::option::of("[eE][+-]?[0-9]{1,4}"),
+        )
+            .prop_map(|(int, frac, exp)| {
+                format!(
+                    "{int}{}{}",
+                    frac.unwrap_or_default(),
+                    exp.unwrap_or_default()
+                )
+                .into_bytes()
+            });
+        let ws = "[ \t\n\r]{0,2}".prop_map(String::into_bytes);
+        let leaf = prop_oneof![
+            string.clone(),
+            number,
+            Just(b"true".to_vec()),
+            Just(b"false".to_vec()),
+            Just(b"null".to_vec()),
+        ];
+        let value = leaf.prop_recursive(4, 48, 8, move |inner| {
+            prop_oneof![
+                (proptest::collection::vec((inner.clone(), ws.clone()), 0..8)).prop_map(|items| {
+                    let items: Vec<Vec<u8>> = items
+                        .into_iter()
+                        .map(|(v, w)| [w.clone(), v, w].concat())
+                        .collect();
+                    [b"[".to_vec(), items.join(&b","[..]), b"]".to_vec()].concat()
+                }),
+                (proptest::collection::vec((string.clone(), inner, ws.clone()), 0..6)).prop_map(
+                    |members| {
+                        let members: Vec<Vec<u8>> = members
+                            .into_iter()
+                            .map(|(k, v, w)| [k, w.clone(), b":".to_vec(), w, v].concat())
+                            .collect();
+                        [b"{".to_vec(), members.join(&b","[..]), b"}".to_vec()].concat()
+                    }
+                ),
+            ]
+        });
+        let breakage = proptest::option::of((
+            any::<proptest::sample::Index>(),
+            0..3u8,
+            proptest::sample::select(b"\"\\{}[],:0-.eE+u \x00\x1f\x80\xc3\xed\xff".to_vec()),
+        ));
+        (value, breakage).prop_map(|(mut text, breakage)| {
+            if let Some((at, how, byte)) = breakage {
+                let at = at.index(text.len() + 1);
+                match how {
+                    0 => text.insert(at, byte),
+                    1 if at < text.len() => {
+                        text.remove(at);
+                    }
+                    _ if at < text.len() => text[at] = byte,
+                    _ => text.push(byte),
+                }
+            }
+            text
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config {
+            cases: std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(512).max(512),
+            ..proptest::test_runner::Config::default()
+        })]
+
+        /// The fast path gives the reference's answer (nodes, or offset and
+        /// message) and accepts what serde_json accepts, in every place.
+        #[test]
+        fn the_fast_path_is_the_reference(value in near_json()) {
+            for text in in_every_place(&value) {
+                same_as_serde(&text);
+            }
         }
     }
 
