@@ -92,8 +92,9 @@ impl<'p, V: View<'p>> PrefillSegments<V> {
         let fates = match payload.map(View::kind) {
             None | Some(Kind::Null) => Vec::new(),
             Some(Kind::Array) => {
-                let items = payload.and_then(View::elements).into_iter().flatten();
-                let mut fates = Vec::new();
+                let items = payload.and_then(View::elements);
+                let mut fates = Vec::with_capacity(items.as_ref().map_or(0, |i| i.size_hint().0));
+                let items = items.into_iter().flatten();
                 // The merged-payload index of the next item kept (strict mode).
                 let mut index = self.prefix.len();
                 for (j, item) in items.enumerate() {
@@ -132,9 +133,16 @@ fn stitched_index<'v, S: AsRef<str>, V: View<'v>>(
     fields: &[S],
     item: V,
 ) -> Option<(usize, Keys<'v, V>)> {
-    let keys = Keys::of(item)?;
-    let f = fields.iter().position(|f| f.as_ref() == keys.field)?;
-    Some((f, keys))
+    // A pass-through item is known by its `field` alone: nothing else of it
+    // is read, but for the keys before `field` in the one pass a reader
+    // whose keys are unique makes.
+    let position = |field: &str| fields.iter().position(|f| f.as_ref() == field);
+    if V::UNIQUE_KEYS {
+        return Keys::one_pass(item, position);
+    }
+    let field = item.get("field")?.as_str()?;
+    let f = position(&field)?;
+    Some((f, Keys::with_field(item, field)))
 }
 
 /// The fate of each payload item of one decode choice, in order.
@@ -161,9 +169,11 @@ pub(crate) fn prefill_has_rows<'a, S: AsRef<str>, V: View<'a>>(fields: &[S], pre
         || prefill_payload(prefill).any(|item| Keys::stitched(fields, item).is_some())
 }
 
-/// The keys of a payload item that the merge reads, found in one pass over
-/// the object (a segment has few keys; one pass beats a lookup per key). A
-/// repeated key counts once, as its last occurrence, as in `serde_json`.
+/// The keys of a payload item that the merge reads: `field` looked up alone
+/// (an item that is not stitched is known by it), then the other five found
+/// in one pass over the object (a segment has few keys; one pass beats a
+/// lookup per key). A repeated key counts once, as its last occurrence, as
+/// in `serde_json`.
 pub(crate) struct Keys<'v, V> {
     field: Cow<'v, str>,
     pos: Option<V>,
@@ -182,7 +192,14 @@ impl<'v, V: View<'v>> Keys<'v, V> {
 
     /// The keys of `object`, when it is an object whose `field` is a string.
     pub(crate) fn of(object: V) -> Option<Self> {
-        let mut field = None;
+        let field = object.get("field")?.as_str()?;
+        Some(Self::with_field(object, field))
+    }
+
+    /// The keys of `object` in one pass over its members, whose keys are
+    /// unique, when its `field` is a string that `position` finds; stops at
+    /// `field` when it is not.
+    fn one_pass(object: V, position: impl Fn(&str) -> Option<usize>) -> Option<(usize, Self)> {
         let mut keys = Keys {
             field: Cow::Borrowed(""),
             pos: None,
@@ -191,19 +208,50 @@ impl<'v, V: View<'v>> Keys<'v, V> {
             dtype: None,
             shape: None,
         };
-        for (key, value) in object.entries()? {
-            match key.as_ref() {
-                "field" => field = Some(value),
-                "pos" => keys.pos = Some(value),
-                "rows" => keys.rows = Some(value),
-                "offset" => keys.offset = Some(value),
-                "dtype" => keys.dtype = Some(value),
-                "shape" => keys.shape = Some(value),
-                _ => {}
-            }
+        let mut found = None;
+        for (key, value) in object.members()? {
+            let slot = match key.as_ref() {
+                b"field" => {
+                    let field = value.as_str()?;
+                    found = Some(position(&field)?);
+                    keys.field = field;
+                    continue;
+                }
+                b"pos" => &mut keys.pos,
+                b"rows" => &mut keys.rows,
+                b"offset" => &mut keys.offset,
+                b"dtype" => &mut keys.dtype,
+                b"shape" => &mut keys.shape,
+                _ => continue,
+            };
+            *slot = Some(value);
         }
-        keys.field = field?.as_str()?;
-        Some(keys)
+        Some((found?, keys))
+    }
+
+    /// The keys of the object `object` whose `field` is `field`: the other
+    /// five in one pass over its members, keys compared as bytes.
+    fn with_field(object: V, field: Cow<'v, str>) -> Self {
+        let mut keys = Keys {
+            field,
+            pos: None,
+            rows: None,
+            offset: None,
+            dtype: None,
+            shape: None,
+        };
+        for (key, value) in object.members().into_iter().flatten() {
+            let slot = match key.as_ref() {
+                b"pos" => &mut keys.pos,
+                b"rows" => &mut keys.rows,
+                b"offset" => &mut keys.offset,
+                b"dtype" => &mut keys.dtype,
+                b"shape" => &mut keys.shape,
+                _ => continue,
+            };
+            *slot = Some(value);
+        }
+        keys
     }
 
     /// The field.

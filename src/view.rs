@@ -33,6 +33,11 @@ pub(crate) enum Kind {
 ///
 /// `'a` is the lifetime of the text or tree the view borrows from.
 pub(crate) trait View<'a>: Copy + 'a {
+    /// Whether an object's keys are unique (a map), so that the first
+    /// occurrence of a key is the one `serde_json` keeps; a reader of raw
+    /// text sees every occurrence.
+    const UNIQUE_KEYS: bool = false;
+
     /// The value's JSON type.
     fn kind(self) -> Kind;
 
@@ -67,6 +72,19 @@ pub(crate) trait View<'a>: Copy + 'a {
     /// sees what `serde_json` keeps.
     fn entries(self) -> Option<impl Iterator<Item = (Cow<'a, str>, Self)> + 'a>;
 
+    /// [`View::entries`] with the keys as UTF-8 bytes: a reader that holds
+    /// validated text need not show again that a key is UTF-8 to compare
+    /// it.
+    fn members(self) -> Option<impl Iterator<Item = (Cow<'a, [u8]>, Self)> + 'a> {
+        Some(self.entries()?.map(|(key, value)| {
+            let key = match key {
+                Cow::Borrowed(key) => Cow::Borrowed(key.as_bytes()),
+                Cow::Owned(key) => Cow::Owned(key.into_bytes()),
+            };
+            (key, value)
+        }))
+    }
+
     /// The value as an error message shows it (see [`describe`]).
     fn describe(self) -> String;
 
@@ -87,6 +105,8 @@ pub(crate) fn describe_view<'a, V: View<'a>>(value: Option<V>) -> String {
 }
 
 impl<'a> View<'a> for &'a Value {
+    const UNIQUE_KEYS: bool = true;
+
     fn kind(self) -> Kind {
         match self {
             Value::Null => Kind::Null,

@@ -17,10 +17,12 @@ use std::ops::Range;
 use crate::fields::ROUTED_EXPERTS;
 use crate::inline::base64::{alphabet_run, in_alphabet};
 
-/// How many bytes of a string are read one at a time before the chunked
-/// scans take over.
-const SHORT: usize = 24;
 use crate::view::Kind;
+
+/// How many bytes of a string are read one at a time before the chunked
+/// scans (alphabet count, memchr2) take over: most strings (keys, names,
+/// paths) are shorter, and the chunked scans cost a call and a setup.
+const SHORT: usize = 24;
 
 /// Nesting `serde_json` refuses: its recursion limit of 128 is reached at the
 /// 128th nested array or object.
@@ -423,23 +425,28 @@ impl Scanner<'_> {
     /// how many leading bytes of its text are base64 alphabet characters.
     fn string_counted(&mut self) -> Result<(bool, usize), Invalid> {
         self.at += 1; // '"'
-                      // Most strings are short (keys, names, paths): when one ends within
-                      // its first bytes, read it a byte at a time, before the chunked scans
-                      // that pay off on long ones.
         let rest = self.text.get(self.at..).unwrap_or_default();
+        // The alphabet first: a run of it is plain string text too, and
+        // base64 rows are all alphabet but for their padding. Neither a
+        // quote nor a backslash is in it. Most strings are short: counted
+        // a byte at a time before the chunked count.
         let head = rest.get(..SHORT).unwrap_or(rest);
-        if let Some(end) = head.iter().position(|&b| is_special(b)) {
-            if head.get(end) == Some(&b'"') {
-                let text = head.get(..end).unwrap_or_default();
-                let alphabet = text.iter().position(|&b| !in_alphabet(b)).unwrap_or(end);
-                self.at += end + 1;
-                return Ok((false, alphabet));
+        let alphabet = match head.iter().position(|&b| !in_alphabet(b)) {
+            Some(end) => end,
+            None => alphabet_run(rest),
+        };
+        if self.fast {
+            // A string without escapes, checked at once; anything else is
+            // read by the loop below.
+            let tail = rest.get(alphabet..).unwrap_or_default();
+            if let Ok(end) = special_end(tail) {
+                if tail.get(end) == Some(&b'"') {
+                    self.at += alphabet + end + 1;
+                    return Ok((false, alphabet));
+                }
             }
         }
         let mut escaped = false;
-        // The alphabet first: a run of it is plain string text too, and
-        // base64 rows are all alphabet but for their padding.
-        let alphabet = alphabet_run(rest);
         self.at += alphabet;
         loop {
             self.at += plain_run(self.text.get(self.at..).unwrap_or_default());
@@ -753,16 +760,33 @@ fn word(text: &[u8], at: usize, word: &[u8]) -> Result<usize, Refused> {
 fn skip_string(text: &[u8], at: usize) -> Result<usize, Refused> {
     let mut at = at + 1;
     loop {
-        let rest = text.get(at..).unwrap_or_default();
-        let end = memchr::memchr2(b'"', b'\\', rest).ok_or(Refused)?;
-        if !plain_text(rest.get(..end).unwrap_or_default()) {
-            return Err(Refused);
-        }
-        at += end;
+        at += special_end(text.get(at..).unwrap_or_default())?;
         if text.get(at) == Some(&b'"') {
             return Ok(at + 1);
         }
         at = skip_escape(text, at)?;
+    }
+}
+
+/// The index in `rest` (string text) of its first quote or backslash, when
+/// the bytes before it are valid string text. A byte loop over the first
+/// bytes, which ends most strings; then `memchr2`, and the run before what
+/// it finds checked at once by [`plain_text`].
+#[inline(always)]
+fn special_end(rest: &[u8]) -> Result<usize, Refused> {
+    let head = rest.get(..SHORT).unwrap_or(rest);
+    if let Some(end) = head.iter().position(|&b| is_special(b)) {
+        match head.get(end) {
+            Some(b'"' | b'\\') => return Ok(end),
+            Some(&b) if b < 0x20 => return Err(Refused),
+            _ => {} // not ASCII: the check of the whole run
+        }
+    }
+    let end = memchr::memchr2(b'"', b'\\', rest).ok_or(Refused)?;
+    if plain_text(rest.get(..end).unwrap_or_default()) {
+        Ok(end)
+    } else {
+        Err(Refused)
     }
 }
 
@@ -837,18 +861,17 @@ fn skip_number(text: &[u8], start: usize) -> Result<usize, Refused> {
         Some(b'1'..=b'9') => at = digits_from(text, at + 1),
         _ => return Err(Refused),
     }
-    let int_end = at;
-    let mut plain = true;
     if text.get(at) == Some(&b'.') {
-        plain = false;
         at = match text.get(at + 1) {
             Some(b'0'..=b'9') => digits_from(text, at + 2),
             _ => return Err(Refused),
         };
     }
-    let mut exponent_digits = 0;
+    // The reference's rule for the numbers serde_json decides: more than
+    // 300 characters (for an integer its whole text is its integer part),
+    // or an exponent of more than two digits.
+    let mut long = false;
     if let Some(b'e' | b'E') = text.get(at) {
-        plain = false;
         at += 1;
         if let Some(b'+' | b'-') = text.get(at) {
             at += 1;
@@ -858,15 +881,9 @@ fn skip_number(text: &[u8], start: usize) -> Result<usize, Refused> {
             Some(b'0'..=b'9') => digits_from(text, at + 1),
             _ => return Err(Refused),
         };
-        exponent_digits = at - digits;
+        long = at - digits > 2;
     }
-    // The reference's rule for the numbers serde_json decides.
-    let long = if plain {
-        int_end - start > 300
-    } else {
-        at - start > 300 || exponent_digits > 2
-    };
-    if long {
+    if long || at - start > 300 {
         let number = text.get(start..at).unwrap_or_default();
         if serde_json::from_slice::<serde_json::Value>(number).is_err() {
             return Err(Refused);

@@ -82,11 +82,19 @@ impl<'d> View<'d> for ScannedValue<'d> {
         if self.kind() != Kind::Number {
             return None;
         }
+        // Digits only, accumulated with overflow checked: what `u64`'s
+        // `FromStr` gives on this text, without a UTF-8 check or a sign.
         let text = self.text();
-        if !text.iter().all(u8::is_ascii_digit) {
+        if text.is_empty() {
             return None;
         }
-        std::str::from_utf8(text).ok()?.parse().ok()
+        text.iter().try_fold(0u64, |n, &b| {
+            let digit = b.wrapping_sub(b'0');
+            if digit > 9 {
+                return None;
+            }
+            n.checked_mul(10)?.checked_add(u64::from(digit))
+        })
     }
 
     fn as_str(self) -> Option<Cow<'d, str>> {
@@ -121,6 +129,19 @@ impl<'d> View<'d> for ScannedValue<'d> {
             return None;
         }
         self.children()
+    }
+
+    fn members(self) -> Option<impl Iterator<Item = (Cow<'d, [u8]>, Self)> + 'd> {
+        if self.kind() != Kind::Object {
+            return None;
+        }
+        let doc = self.doc;
+        Some(self.children()?.map(move |member| {
+            let key = member.node().map_or(Cow::Borrowed(&[][..]), |node| {
+                doc.string_bytes(node.key.clone(), node.key_escaped)
+            });
+            (key, member)
+        }))
     }
 
     fn entries(self) -> Option<impl Iterator<Item = (Cow<'d, str>, Self)> + 'd> {

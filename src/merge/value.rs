@@ -77,7 +77,14 @@ fn write_payload(prefix: &[&Value], fates: &[Fate], choice: &mut Map<String, Val
             }
         }
     }
-    choice.insert("payload".to_owned(), Value::Array(merged));
+    // Into the old slot when there is one (no new key, no map search to
+    // insert).
+    match choice.get_mut("payload") {
+        Some(slot) => *slot = Value::Array(merged),
+        None => {
+            choice.insert("payload".to_owned(), Value::Array(merged));
+        }
+    }
 }
 
 /// Writes the merged inline rows into `choice`: the plan checked that
