@@ -282,3 +282,35 @@ pub(crate) fn prefill_has_rows<S: AsRef<str>>(fields: &[S], prefill: &[u8]) -> R
         ScannedValue::root(&doc),
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    /// A prefill narrower than the decode is widened; when its rows text
+    /// holds JSON escapes (`\/` for a `/` of base64), the bytes reader
+    /// unescapes it into an owned copy, and the widened runs are read from
+    /// that copy: the merge is the `Value` merge of the parsed texts.
+    #[test]
+    fn a_widened_prefill_whose_rows_text_holds_escapes() {
+        // 0xff bytes encode as "////": every character escaped.
+        let prefill_data = "////".repeat(4).replace('/', "\\/");
+        let prefill = format!(
+            r#"{{"choices": [{{"routed_experts": {{"data": "{prefill_data}", "shape": [2, 2, 3], "start": 0, "dtype": "uint8"}}}}]}}"#
+        );
+        // Three rows of 2 x 3 uint16 from position 1.
+        let decode = r#"{"choices": [{"routed_experts": {"data": "AQACAAMABAAFAAYABwAIAAkACgALAAwADQAOAA8AEAARABIA", "shape": [3, 2, 3], "start": 1, "dtype": "uint16"}}]}"#;
+        let mut bytes = decode.as_bytes().to_vec();
+        assert_eq!(
+            super::merge_routed_experts_in_json(prefill.as_bytes(), &mut bytes),
+            Ok(true)
+        );
+        let p: Value = serde_json::from_str(&prefill).unwrap();
+        let mut d: Value = serde_json::from_str(decode).unwrap();
+        assert_eq!(crate::merge_routed_experts_in_json(&p, &mut d), Ok(true));
+        assert_eq!(serde_json::from_slice::<Value>(&bytes).unwrap(), d);
+        // The prefill's rows, widened: 0xff 0x00 repeated.
+        let data = d["choices"][0]["routed_experts"]["data"].as_str().unwrap();
+        assert!(data.starts_with("/wD/AP8A"), "{data}");
+    }
+}

@@ -517,6 +517,61 @@ mod tests {
         }
     }
 
+    /// [`Text::edit`] of a buffer that holds the decode's rows string,
+    /// applied, gives the text: for a prefill's run copied or widened (the
+    /// prefill's text borrowed, or unescaped into an owned copy, as the
+    /// bytes reader gives a rows text that held JSON escapes), and the
+    /// decode's run from any place to any place, kept in place only when it
+    /// runs to the end of the decode's text.
+    #[test]
+    fn an_edit_writes_the_text_whatever_it_ends_with() {
+        use ::base64::engine::general_purpose::STANDARD;
+        use ::base64::Engine as _;
+
+        let prefill_bytes: Vec<u8> = (0..7u8).map(|i| i.wrapping_mul(53) | 0xc0).collect();
+        let decode_bytes: Vec<u8> = (0..12u8).map(|i| i.wrapping_mul(29) ^ 0x5a).collect();
+        let prefill_text = STANDARD.encode(&prefill_bytes);
+        let decode_text = STANDARD.encode(&decode_bytes);
+        let prefill = Base64::parse(prefill_text.as_bytes()).unwrap();
+        let decode = Base64::parse(decode_text.as_bytes()).unwrap();
+        let (before, after) = (&b"{\"data\": "[..], &b", \"x\": 1}"[..]);
+        for wide in [1, 2] {
+            for from in 0..=decode_bytes.len() {
+                for to in from..=decode_bytes.len() {
+                    let mut encoder = Encoder::new();
+                    encoder.push_widened(&prefill, super::super::PREFILL, 0, 6, 1, wide);
+                    encoder.push_base64(&decode, super::super::DECODE, from, to);
+                    let text = encoder.finish();
+                    let expected = text.to_string(&[&prefill_text, &decode_text]);
+                    for owned in [false, true] {
+                        let prefill_cow: Cow<'_, [u8]> = if owned {
+                            Cow::Owned(prefill_text.as_bytes().to_vec())
+                        } else {
+                            Cow::Borrowed(prefill_text.as_bytes())
+                        };
+                        let mut buf =
+                            [before, b"\"", decode_text.as_bytes(), b"\"", after].concat();
+                        let whole = before.len()..before.len() + decode_text.len() + 2;
+                        let edit = text.edit(
+                            Some(&prefill_cow),
+                            decode_text.as_bytes(),
+                            Some(before.len() + 1),
+                            whole,
+                            true,
+                        );
+                        crate::splice::apply(&mut buf, &[edit]);
+                        let want = [before, b"\"", expected.as_bytes(), b"\"", after].concat();
+                        assert_eq!(
+                            String::from_utf8_lossy(&buf),
+                            String::from_utf8_lossy(&want),
+                            "widened to {wide}, decode [{from}, {to}), owned prefill {owned}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     mod against_the_base64_crate {
         use super::*;
         use ::base64::engine::general_purpose::STANDARD;
