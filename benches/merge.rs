@@ -200,12 +200,42 @@ fn yardstick(c: &mut Criterion) {
     group.finish();
 }
 
-/// The bytes entry points (issue 12's targets), bytes in and bytes out, each
+/// How many clones of the decode the bulk-clone regime makes before its
+/// clock starts (as the independent harness of issue 26 does): each merge
+/// reads a tree made a while ago, evicted from the cache by the clones made
+/// after it, as a router's tree parsed when the response arrived.
+const BULK: usize = 16;
+
+/// The `Value` by-handle merge on clones made in bulk before the clock
+/// starts, `BULK` at a time, merged in the order they were made.
+fn value_merge_bulk(b: &mut criterion::Bencher<'_>, prefill: &Value, decode: &Value) {
+    b.iter_custom(|iters| {
+        let mut total = Duration::ZERO;
+        let mut left = iters;
+        while left > 0 {
+            let n = left.min(BULK as u64);
+            let mut clones: Vec<Value> = (0..n).map(|_| decode.clone()).collect();
+            let clock = std::time::Instant::now();
+            for clone in &mut clones {
+                std::hint::black_box(pd_stitch::merge_routed_payload_in_json(prefill, clone))
+                    .expect("merges");
+            }
+            total += clock.elapsed();
+            drop(clones);
+            left -= n;
+        }
+        total
+    })
+}
+
+/// The bytes entry points (issues 12 and 26), bytes in and bytes out, each
 /// decode cloned before its merge (a router gets a fresh body every time),
 /// beside what a router pays otherwise: the Value path and the upstream-style
 /// baseline, each as parse both, merge, serialize the decode; one
-/// `serde_json` parse of the decode; and, for inline rows, one `base64`-crate
-/// encode of the merged rows.
+/// `serde_json` parse of the decode; one `memcpy` of it; for inline rows,
+/// one `base64`-crate encode of the merged rows; and, by handle, the `Value`
+/// merge alone, warm (a fresh clone per iteration, `iter_batched`) and on
+/// clones made in bulk before the clock (`value_merge_bulk`).
 fn bytes_path(c: &mut Criterion) {
     let mut group = c.benchmark_group("bytes");
     group.sample_size(20);
@@ -213,28 +243,37 @@ fn bytes_path(c: &mut Criterion) {
         std::env::args().any(|a| a == "--test") || !std::env::args().any(|a| a == "--bench");
     let positions = if quick { 1024 } else { 32 * 1024 };
     /// Name, (prefill, decode), merged rows (inline), the upstream-style merge.
-    type Case = (&'static str, (Value, Value), Option<usize>, Merge);
-    let cases: [Case; 3] = [
-        (
-            "by_handle_8x32",
-            common::by_handle(8, 32),
-            None,
-            baseline::by_handle,
-        ),
-        (
-            "compact_16k_32k_u8",
-            common::compact(positions, 1, 1, 1),
-            Some(positions / 2 + positions - 1),
-            baseline::compact,
-        ),
-        (
-            "npy_16k_32k_u8",
-            common::npy(positions, 1, 1, 1),
-            Some(positions),
-            baseline::npy_merge,
-        ),
-    ];
+    type Case = (String, (Value, Value), Option<usize>, Merge);
+    let sizes: &[(usize, u64)] = if quick {
+        &[(1, 2), (8, 32)]
+    } else {
+        &[(1, 2), (8, 32), (64, 256)]
+    };
+    let mut cases: Vec<Case> = sizes
+        .iter()
+        .map(|&(choices, segments)| {
+            (
+                format!("by_handle_{choices}x{segments}"),
+                common::by_handle(choices, segments),
+                None,
+                baseline::by_handle as Merge,
+            )
+        })
+        .collect();
+    cases.push((
+        "compact_16k_32k_u8".to_owned(),
+        common::compact(positions, 1, 1, 1),
+        Some(positions / 2 + positions - 1),
+        baseline::compact,
+    ));
+    cases.push((
+        "npy_16k_32k_u8".to_owned(),
+        common::npy(positions, 1, 1, 1),
+        Some(positions),
+        baseline::npy_merge,
+    ));
     for (id, (prefill, decode), merged_rows, upstream) in cases {
+        let id = id.as_str();
         let p = serde_json::to_vec(&prefill).expect("serializable");
         let d = serde_json::to_vec(&decode).expect("serializable");
         // The two paths agree before they are timed.
@@ -287,6 +326,33 @@ fn bytes_path(c: &mut Criterion) {
         group.bench_function(BenchmarkId::new("parse", id), |b| {
             b.iter(|| serde_json::from_slice::<Value>(&d).expect("valid JSON"))
         });
+        // One copy of the decode's bytes into a buffer of its size, made
+        // (and written once) before the clock.
+        group.bench_function(BenchmarkId::new("memcpy", id), |b| {
+            b.iter_batched(
+                || vec![1u8; d.len()],
+                |mut into| {
+                    into.copy_from_slice(std::hint::black_box(&d));
+                    into
+                },
+                BatchSize::PerIteration,
+            )
+        });
+        if merged_rows.is_none() {
+            group.bench_function(BenchmarkId::new("value_merge_warm", id), |b| {
+                b.iter_batched(
+                    || decode.clone(),
+                    |mut d| {
+                        let stitched = pd_stitch::merge_routed_payload_in_json(&prefill, &mut d);
+                        (d, stitched)
+                    },
+                    BatchSize::PerIteration,
+                )
+            });
+            group.bench_function(BenchmarkId::new("value_merge_bulk", id), |b| {
+                value_merge_bulk(b, &prefill, &decode)
+            });
+        }
         if let Some(rows) = merged_rows {
             let merged = common::rows(rows, 1, 3);
             group.bench_function(BenchmarkId::new("base64_crate_encode", id), |b| {

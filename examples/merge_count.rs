@@ -99,7 +99,24 @@ fn main() {
     let what = args.get(1).map_or("value", String::as_str);
     let arg = |i: usize, default: u64| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(default);
     let (choices, segments, n) = (arg(2, 8) as usize, arg(3, 32), arg(4, 100) as usize);
-    let (prefill, decode) = common::by_handle(choices, segments);
+    let (prefill, mut decode) = common::by_handle(choices, segments);
+    if std::env::var_os("LONG_TEXT").is_some() {
+        // Each choice with a completion's text of 4,096 characters (what a
+        // text completion carries beside its token ids), one in eight
+        // lines escaped: what memchr2 in the scanner is measured on.
+        let line = format!(
+            "{}\n",
+            "the quick brown fox jumps over the lazy dog; ".repeat(3)
+        );
+        let text: String = line
+            .repeat(4096 / line.len() + 1)
+            .chars()
+            .take(4096)
+            .collect();
+        for choice in decode["choices"].as_array_mut().into_iter().flatten() {
+            choice["text"] = Value::from(text.clone());
+        }
+    }
     let p = serde_json::to_vec(&prefill).expect("serializable");
     let d = serde_json::to_vec(&decode).expect("serializable");
     let mut ok = 0;
