@@ -328,4 +328,17 @@ mod tests {
         assert_eq!(buf, b"{\"a\":\"abc\",\"b\":1}");
         assert_eq!(buf.as_ptr(), before);
     }
+
+    /// A buffer that grows is grown once, to the exact length: no capacity
+    /// beyond what the edits need (a mutant that reserves more survived a
+    /// run of the unit tests).
+    #[test]
+    fn a_growing_edit_grows_the_buffer_to_the_exact_length() {
+        let mut buf = b"[1,2,3]".to_vec();
+        buf.shrink_to_fit();
+        let edit = Edit::new(1..2, b"100000".to_vec());
+        apply(&mut buf, &[edit]);
+        assert_eq!(buf, b"[100000,2,3]");
+        assert_eq!(buf.capacity(), buf.len());
+    }
 }

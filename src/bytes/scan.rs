@@ -1197,6 +1197,11 @@ mod tests {
             b"\"a\tb\"",
             b"\"a\x1fb\"",
             b"\"a\x7fb\"",
+            // The greatest byte exactly 0x80 (a continuation byte alone): a
+            // run is ASCII only below it.
+            b"\"\x80\"",
+            b"\"ab\x80\"",
+            b"\"ab\x80cdefghijklmnopqrstuvwxyz0123\"",
             b"\"abc",
             b"\"abc\\",
             b"[1e400]",
