@@ -478,11 +478,14 @@ mod tests {
                         let mut expected = head.clone();
                         expected
                             .extend_from_slice(bytes.get(from..to.min(len)).unwrap_or_default());
+                        let merged = encoder.finish();
                         assert_eq!(
-                            encoder.finish().to_string(&[&text]),
+                            merged.to_string(&[&text]),
                             STANDARD.encode(&expected),
                             "{pending} pending, [{from}, {to}) of {len}"
                         );
+                        // The length it says is the length it writes.
+                        assert_eq!(merged.len(), STANDARD.encode(&expected).len());
                     }
                 }
             }
