@@ -483,7 +483,8 @@ impl StreamStitcher {
             });
         };
         reframe(event, &merged, out);
-        self.seen.extend(slots.into_iter().map(|slot| (slot, number)));
+        self.seen
+            .extend(slots.into_iter().map(|slot| (slot, number)));
         Ok(())
     }
 }
@@ -634,10 +635,16 @@ fn sglang_slots(value: &Value, slots: &mut Vec<Slot>) {
         Value::Array(items) => items.iter().collect(),
         other => vec![other],
     };
-    let has_rows = |v: Option<&Value>| v.and_then(|v| v.get(ROUTED_EXPERTS)).is_some_and(|r| !r.is_null());
+    let has_rows = |v: Option<&Value>| {
+        v.and_then(|v| v.get(ROUTED_EXPERTS))
+            .is_some_and(|r| !r.is_null())
+    };
     for (k, item) in items.into_iter().enumerate() {
         if has_rows(item.get("meta_info")) {
-            let index = item.get("index").and_then(Value::as_u64).unwrap_or(k as u64);
+            let index = item
+                .get("index")
+                .and_then(Value::as_u64)
+                .unwrap_or(k as u64);
             slots.push(Slot::Generate(index));
         }
         if has_rows(item.get("sglext")) {
@@ -655,20 +662,18 @@ fn sglang_slots(value: &Value, slots: &mut Vec<Slot>) {
 
 /// Writes `event` to `out` with its data replaced by `merged`: the merged
 /// text split at its line breaks (JSON whitespace, so a CR or CRLF in it
-/// becomes a line end, read back as `\n`), piece `k` in place of the event's
-/// `k`-th `data` line (with that line's `data:` or `data: ` and line end),
-/// pieces beyond the event's data lines after its last one, data lines
-/// beyond the pieces left out; every other line as it was.
+/// becomes a line end, read back as `\n`) into pieces; the event's `k`-th
+/// `data` line, but the last, gets piece `k` (while more than one piece is
+/// left) with that line's `data:` or `data: ` and line end, and the last
+/// data line gets the pieces left, each with its prefix and line end (so the
+/// line before the next field or the blank line ends as it did); data lines
+/// beyond the pieces are left out; every other line is as it was.
 fn reframe(event: &[u8], merged: &[u8], out: &mut Vec<u8>) {
-    let mut pieces = lines(merged).map(|line| line.text).peekable();
-    if merged.is_empty() {
-        // Never for JSON; kept total.
-        out.extend_from_slice(event);
-        return;
-    }
+    let pieces: Vec<&[u8]> = lines(merged).map(|line| line.text).collect();
     let data_lines = lines(event)
         .filter(|line| matches!(field(line.text), Some((b"data", _))))
         .count();
+    let mut next = 0;
     let mut seen = 0;
     for line in lines(event) {
         if !matches!(field(line.text), Some((b"data", _))) {
@@ -677,16 +682,20 @@ fn reframe(event: &[u8], merged: &[u8], out: &mut Vec<u8>) {
             continue;
         }
         seen += 1;
+        let last = seen == data_lines;
         let prefix = data_prefix(line.text);
-        let take = if seen == data_lines { usize::MAX } else { 1 };
-        for _ in 0..take {
-            let Some(piece) = pieces.next() else { break };
+        while next < pieces.len() && (last || next + 1 < pieces.len()) {
+            let piece = pieces[next];
+            next += 1;
             out.extend_from_slice(prefix);
             if !prefix.ends_with(b" ") && piece.first() == Some(&b' ') {
                 out.push(b' ');
             }
             out.extend_from_slice(piece);
             out.extend_from_slice(line.end);
+            if !last {
+                break;
+            }
         }
     }
 }
@@ -740,7 +749,10 @@ mod tests {
     #[test]
     fn data_is_the_data_lines_joined() {
         let mut data = Vec::new();
-        assert!(event_data(b": c\ndata: a\r\nevent: x\rdata:b\ndata\n\n", &mut data));
+        assert!(event_data(
+            b": c\ndata: a\r\nevent: x\rdata:b\ndata\n\n",
+            &mut data
+        ));
         assert_eq!(data, b"a\nb\n");
         data.clear();
         assert!(!event_data(b"event: x\n\n", &mut data));

@@ -263,7 +263,9 @@ pub enum Error {
     /// leaves unstitched: SGLang's slots, in a build whose merge does not
     /// read them.
     #[non_exhaustive]
-    #[error("stream event {event} (at byte {offset}): carries rows that this merge does not stitch")]
+    #[error(
+        "stream event {event} (at byte {offset}): carries rows that this merge does not stitch"
+    )]
     StreamUnstitched {
         /// The event's number in the stream, from 0.
         event: u64,
