@@ -62,10 +62,11 @@
 //! `meta_info.routed_experts`, `sglext.routed_experts` or
 //! `choices[0].sgl_ext.routed_experts` (of the data, or of each element when
 //! the data is an array). It is found by its keys, never by `finish_reason`.
-//! Only an event whose bytes contain `routed_experts`, `payload` or a `\u`
-//! escape can carry rows (a key is one of these, or escaped), so every other
-//! event is passed on after a memchr-class search of its bytes, without
-//! being parsed.
+//! Only an event whose bytes contain `payload`, a `\u` escape, or a
+//! `routed_experts` that is not a member `"routed_experts": null`, can carry
+//! rows (a key that marks rows is spelled out or escaped), so every other
+//! event (a vLLM token chunk, with its `"routed_experts":null`) is passed on
+//! after memchr-class searches of its bytes, without being parsed.
 
 use memchr::memmem::Finder;
 use serde_json::Value;
@@ -190,12 +191,41 @@ impl Finders {
 
     /// Whether `bytes` may be (part of) an event that carries rows: every
     /// key that marks rows is `routed_experts` or `payload` spelled out, or
-    /// has an escape.
+    /// has an escape; and a `routed_experts` that ends a string followed by
+    /// `:` and `null` (spaces and tabs around the colon) is a member whose
+    /// value is null, which is no rows (vLLM writes `"routed_experts":null`
+    /// on every token chunk).
     fn may_carry_rows(&self, bytes: &[u8]) -> bool {
-        self.rows.find(bytes).is_some()
-            || self.payload.find(bytes).is_some()
-            || self.escape.find(bytes).is_some()
+        if self.payload.find(bytes).is_some() || self.escape.find(bytes).is_some() {
+            return true;
+        }
+        let mut at = 0;
+        while let Some(k) = self.rows.find(&bytes[at..]) {
+            at += k + ROUTED_EXPERTS.len();
+            if !null_member(&bytes[at..]) {
+                return true;
+            }
+        }
+        false
     }
+}
+
+/// Whether `rest`, which follows a `routed_experts`, starts with `"`, `:`
+/// and `null`, with spaces and tabs around the colon: that string ended
+/// there (its quote is not escaped: the byte before it is `s`), is a key,
+/// and its value is null. Line ends are not skipped: in an event's bytes
+/// they end a line, and what follows is another line's.
+fn null_member(rest: &[u8]) -> bool {
+    let blank = |b: &u8| *b == b' ' || *b == b'\t';
+    let Some(rest) = rest.strip_prefix(b"\"") else {
+        return false;
+    };
+    let rest = &rest[rest.iter().take_while(|b| blank(b)).count()..];
+    let Some(rest) = rest.strip_prefix(b":") else {
+        return false;
+    };
+    let rest = &rest[rest.iter().take_while(|b| blank(b)).count()..];
+    rest.starts_with(b"null")
 }
 
 impl std::fmt::Debug for Finders {
@@ -264,9 +294,8 @@ impl StreamStitcher {
     /// # Errors
     ///
     /// - [`Error::StreamUnfinished`]: the stream ended inside an event that
-    ///   may carry rows (its bytes contain `routed_experts`, `payload` or a
-    ///   `\u` escape): the rows could not be stitched. Nothing of it is
-    ///   appended.
+    ///   may carry rows (by the prefilter of the [module](self)): the rows
+    ///   could not be stitched. Nothing of it is appended.
     /// - [`Error::StreamClosed`]: the stitcher failed before, or was
     ///   finished.
     pub fn finish(&mut self, out: &mut Vec<u8>) -> Result<(), Error> {
@@ -744,6 +773,29 @@ mod tests {
         assert_eq!(ends(b"data: a\n"), Vec::<usize>::new());
         // A `\r\n` is one line end, not a line and a blank one.
         assert_eq!(ends(b"data: a\r\ndata: b\n"), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn only_null_routed_experts_members_are_passed_unparsed() {
+        let f = Finders::new();
+        for none in [
+            &b"data: {\"routed_experts\":null}"[..],
+            b"data: {\"routed_experts\" \t:  null, \"routed_experts\":null}",
+            b"data: [DONE]",
+        ] {
+            assert!(!f.may_carry_rows(none), "{}", String::from_utf8_lossy(none));
+        }
+        for some in [
+            &b"data: {\"routed_experts\":\"AAAA\"}"[..],
+            b"data: {\"routed_experts\":null, \"routed_experts\": \"AA\"}",
+            b"data: {\"routed_experts\"\n:null}",
+            b"data: {\"routed_experts\"",
+            b"data: {\"x\": \"routed_experts\", \"y\": 1}",
+            b"data: {\"payload\": []}",
+            b"data: {\"\\u0070ayload\": []}",
+        ] {
+            assert!(f.may_carry_rows(some), "{}", String::from_utf8_lossy(some));
+        }
     }
 
     #[test]

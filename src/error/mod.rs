@@ -273,8 +273,8 @@ pub enum Error {
         offset: u64,
     },
     /// A streamed decode that ended inside an event that may carry rows (its
-    /// bytes name `routed_experts` or `payload`, or have a `\u` escape): its
-    /// rows, if any, could not be stitched.
+    /// bytes name `payload` or a non-null `routed_experts`, or have a `\u`
+    /// escape): its rows, if any, could not be stitched.
     #[non_exhaustive]
     #[error("the stream ended inside an event that may carry rows ({len} bytes from byte {offset}, no blank line after them)")]
     StreamUnfinished {
