@@ -465,17 +465,31 @@ impl StreamStitcher {
         out: &mut Vec<u8>,
     ) -> Result<(), Error> {
         data.clear();
-        if !event_data(event, data) {
+        // One data line (the usual event): its value is the data, read where
+        // it is; otherwise the lines' values joined.
+        let Some(joined) = event_data(event, data) else {
             out.extend_from_slice(event);
             return Ok(());
-        }
-        let text = String::from_utf8_lossy(data);
-        let Ok(doc) = Doc::scan(text.as_bytes()) else {
+        };
+        let joined: &[u8] = match joined {
+            Some(value) => value,
+            None => data,
+        };
+        // The scanner accepts UTF-8 only; other bytes are read as the
+        // standard's decoder reads them, replaced.
+        let lossy;
+        let text = if std::str::from_utf8(joined).is_ok() {
+            joined
+        } else {
+            lossy = String::from_utf8_lossy(joined).into_owned();
+            lossy.as_bytes()
+        };
+        let Ok(doc) = Doc::scan(text) else {
             out.extend_from_slice(event);
             return Ok(());
         };
         let fields: Vec<&str> = self.stitcher.fields().collect();
-        let slots = rows_slots(&fields, &doc, text.as_bytes());
+        let slots = rows_slots(&fields, &doc);
         if slots.is_empty() {
             out.extend_from_slice(event);
             return Ok(());
@@ -603,24 +617,30 @@ fn field(line: &[u8]) -> Option<(&[u8], &[u8])> {
 }
 
 /// The event's data, as the standard builds it: the values of its `data`
-/// lines, each followed by `\n`, the last `\n` removed. `false` when the
-/// event has no `data` line (it dispatches nothing).
-fn event_data(event: &[u8], data: &mut Vec<u8>) -> bool {
-    let mut any = false;
-    for line in lines(event) {
-        if let Some((b"data", value)) = field(line.text) {
-            data.extend_from_slice(value);
-            data.push(b'\n');
-            any = true;
-        }
+/// lines, each followed by `\n`, the last `\n` removed. `None` when the
+/// event has no `data` line (it dispatches nothing); `Some(Some(value))`
+/// when it has one, whose value is the data; `Some(None)` when it has
+/// several, their data written into `data`.
+fn event_data<'e>(event: &'e [u8], data: &mut Vec<u8>) -> Option<Option<&'e [u8]>> {
+    let mut values = lines(event).filter_map(|line| match field(line.text) {
+        Some((b"data", value)) => Some(value),
+        _ => None,
+    });
+    let first = values.next()?;
+    let Some(second) = values.next() else {
+        return Some(Some(first));
+    };
+    for value in [first, second].into_iter().chain(values) {
+        data.extend_from_slice(value);
+        data.push(b'\n');
     }
     data.pop();
-    any
+    Some(None)
 }
 
-/// The rows slots of an event's data (scanned as `doc`, of `text`): empty
+/// The rows slots of an event's data (scanned as `doc`): empty
 /// when it carries no rows.
-fn rows_slots(fields: &[&str], doc: &Doc<'_>, text: &[u8]) -> Vec<Slot> {
+fn rows_slots(fields: &[&str], doc: &Doc<'_>) -> Vec<Slot> {
     let root = Node::root(doc);
     let mut slots = Vec::new();
     // vLLM's inline rows and rows by handle, read from the scanner's index.
@@ -638,15 +658,9 @@ fn rows_slots(fields: &[&str], doc: &Doc<'_>, text: &[u8]) -> Vec<Slot> {
             }
         }
     }
-    // SGLang's slots lie deeper than the scanner indexes; only data that
-    // names `routed_experts` can have one, and is parsed for them.
-    if memchr::memmem::find(text, ROUTED_EXPERTS.as_bytes()).is_some()
-        || memchr::memmem::find(text, b"\\u").is_some()
-    {
-        if let Ok(value) = serde_json::from_slice::<Value>(text) {
-            sglang_slots(&value, &mut slots);
-        }
-    }
+    // SGLang's slots lie one level deeper than the scanner indexes: the
+    // member that holds one is scanned on its own (only when it is there).
+    sglang_slots(root, &mut slots);
     slots
 }
 
@@ -658,32 +672,62 @@ fn choice_index<'a, V: View<'a>>(choice: V, position: usize) -> u64 {
         .unwrap_or(position as u64)
 }
 
-/// SGLang's rows slots of `value` (each element's, when it is an array).
-fn sglang_slots(value: &Value, slots: &mut Vec<Slot>) {
-    let items: Vec<&Value> = match value {
-        Value::Array(items) => items.iter().collect(),
-        other => vec![other],
+/// Whether `object` (a recorded value) is an object with a non-null
+/// `routed_experts`, read by scanning its text.
+fn has_rows_member(object: Option<Node<'_>>) -> bool {
+    let Some(object) = object.filter(|o| o.kind() == crate::view::Kind::Object) else {
+        return false;
     };
-    let has_rows = |v: Option<&Value>| {
-        v.and_then(|v| v.get(ROUTED_EXPERTS))
-            .is_some_and(|r| !r.is_null())
-    };
-    for (k, item) in items.into_iter().enumerate() {
-        if has_rows(item.get("meta_info")) {
-            let index = item
-                .get("index")
-                .and_then(Value::as_u64)
-                .unwrap_or(k as u64);
-            slots.push(Slot::Generate(index));
-        }
-        if has_rows(item.get("sglext")) {
-            slots.push(Slot::SglExt);
-        }
-        let first = item.get("choices").and_then(|c| c.get(0));
-        if has_rows(first.and_then(|c| c.get("sgl_ext"))) {
-            let index = first.map_or(0, |c| choice_index(c, 0));
-            if !slots.contains(&Slot::Choice(index)) {
+    Doc::scan(object.text()).is_ok_and(|doc| {
+        Node::root(&doc)
+            .get(ROUTED_EXPERTS)
+            .is_some_and(|rows| !rows.is_null())
+    })
+}
+
+/// SGLang's rows slots of the data `root`: `meta_info` (by the output's
+/// `index`), `sglext`, and `choices[0].sgl_ext`; of each element, when the
+/// data is an array.
+fn sglang_slots(root: Node<'_>, slots: &mut Vec<Slot>) {
+    if root.kind() == crate::view::Kind::Array {
+        // The scanner does not index an array's elements (SGLang answers a
+        // batch with one; it streams objects): read as a tree.
+        let items = serde_json::from_slice::<Vec<Value>>(root.text()).unwrap_or_default();
+        let has_rows = |v: Option<&Value>| {
+            v.and_then(|v| v.get(ROUTED_EXPERTS))
+                .is_some_and(|r| !r.is_null())
+        };
+        for (k, item) in (0..).zip(&items) {
+            if has_rows(item.get("meta_info")) {
+                let index = item.get("index").and_then(Value::as_u64).unwrap_or(k);
+                slots.push(Slot::Generate(index));
+            }
+            if has_rows(item.get("sglext")) {
+                slots.push(Slot::SglExt);
+            }
+            let first = item.get("choices").and_then(|c| c.get(0));
+            if has_rows(first.and_then(|c| c.get("sgl_ext"))) {
+                let index = first
+                    .and_then(|c| c.get("index"))
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0);
                 slots.push(Slot::Choice(index));
+            }
+        }
+        return;
+    }
+    if has_rows_member(root.get("meta_info")) {
+        let index = root.get("index").and_then(View::as_u64).unwrap_or(0);
+        slots.push(Slot::Generate(index));
+    }
+    if has_rows_member(root.get("sglext")) {
+        slots.push(Slot::SglExt);
+    }
+    if let Some(first) = root.get("choices").and_then(|c| c.index(0)) {
+        if has_rows_member(first.get("sgl_ext")) {
+            let slot = Slot::Choice(choice_index(first, 0));
+            if !slots.contains(&slot) {
+                slots.push(slot);
             }
         }
     }
@@ -801,15 +845,14 @@ mod tests {
     #[test]
     fn data_is_the_data_lines_joined() {
         let mut data = Vec::new();
-        assert!(event_data(
-            b": c\ndata: a\r\nevent: x\rdata:b\ndata\n\n",
-            &mut data
-        ));
+        let joined = event_data(b": c\ndata: a\r\nevent: x\rdata:b\ndata\n\n", &mut data);
+        assert_eq!(joined, Some(None));
         assert_eq!(data, b"a\nb\n");
         data.clear();
-        assert!(!event_data(b"event: x\n\n", &mut data));
-        data.clear();
-        assert!(event_data(b"data:  two spaces\n\n", &mut data));
-        assert_eq!(data, b" two spaces");
+        assert_eq!(event_data(b"event: x\n\n", &mut data), None);
+        let one = event_data(b"data:  two spaces\n\n", &mut data);
+        assert_eq!(one, Some(Some(&b" two spaces"[..])));
+        assert_eq!(event_data(b"data\r\r", &mut data), Some(Some(&b""[..])));
+        assert!(data.is_empty());
     }
 }
