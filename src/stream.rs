@@ -189,6 +189,26 @@ impl Finders {
         }
     }
 
+    /// Where in `bytes` the first needle that [`Finders::may_carry_rows`]
+    /// would count starts (`bytes.len()` when none): a `payload`, a `\u`,
+    /// or a `routed_experts` that is not a null member. Each later search
+    /// stops at the earliest found so far; a needle that starts before that
+    /// point but ends after it is missed, which is harmless: any event that
+    /// ends at or before the returned point holds no needle whole.
+    fn next_suspect(&self, bytes: &[u8]) -> usize {
+        let first = self.payload.find(bytes).unwrap_or(bytes.len());
+        let first = self.escape.find(&bytes[..first]).unwrap_or(first);
+        let mut at = 0;
+        while let Some(k) = self.rows.find(&bytes[at..first]) {
+            let start = at + k;
+            at = start + ROUTED_EXPERTS.len();
+            if !null_member(&bytes[at..]) {
+                return start;
+            }
+        }
+        first
+    }
+
     /// Whether `bytes` may be (part of) an event that carries rows: every
     /// key that marks rows is `routed_experts` or `payload` spelled out, or
     /// has an escape; and a `routed_experts` that ends a string followed by
@@ -371,6 +391,11 @@ impl StreamStitcher {
             }
             self.started = true;
         }
+        // Where in `input` the first needle of the prefilter that may mark
+        // rows starts: every event that ends at or before it holds none, and
+        // is passed on without a search of its own (one search per needle
+        // over the chunk, not one per event).
+        let mut suspect = self.finders.next_suspect(input);
         loop {
             if self.after_blank_cr {
                 match input.first() {
@@ -379,6 +404,7 @@ impl StreamStitcher {
                         out.push(b'\n');
                         self.offset += 1;
                         input = &input[1..];
+                        suspect = suspect.saturating_sub(1);
                     }
                     Some(_) => {}
                 }
@@ -393,8 +419,13 @@ impl StreamStitcher {
                 let mut scan = Scan::START;
                 match find_end(input, &mut scan) {
                     Some(end) => {
-                        self.event(&input[..end], out)?;
+                        self.event(&input[..end], end <= suspect, out)?;
                         input = &input[end..];
+                        suspect = if end <= suspect {
+                            suspect - end
+                        } else {
+                            self.finders.next_suspect(input)
+                        };
                     }
                     None => {
                         self.pending.extend_from_slice(input);
@@ -409,11 +440,12 @@ impl StreamStitcher {
                         self.pending.extend_from_slice(&input[..end]);
                         input = &input[end..];
                         let event = std::mem::take(&mut self.pending);
-                        let result = self.event(&event, out);
+                        let result = self.event(&event, false, out);
                         self.pending = event;
                         self.pending.clear();
                         self.scan = Scan::START;
                         result?;
+                        suspect = self.finders.next_suspect(input);
                     }
                     None => {
                         self.pending.extend_from_slice(input);
@@ -427,10 +459,10 @@ impl StreamStitcher {
 
     /// One complete event (its blank line's first line-end byte included):
     /// appended as it is, or stitched.
-    fn event(&mut self, event: &[u8], out: &mut Vec<u8>) -> Result<(), Error> {
+    fn event(&mut self, event: &[u8], clean: bool, out: &mut Vec<u8>) -> Result<(), Error> {
         let number = self.events;
         let offset = self.offset;
-        if self.finders.may_carry_rows(event) {
+        if !clean && self.finders.may_carry_rows(event) {
             self.stitch_event(event, number, offset, out)?;
         } else {
             out.extend_from_slice(event);
