@@ -71,7 +71,7 @@
 use memchr::memmem::Finder;
 use serde_json::Value;
 
-use crate::bytes::{self, Doc, ScannedValue as Node};
+use crate::bytes::{self, Doc, ScannedValue};
 use crate::error::{Error, Side};
 use crate::fields::ROUTED_EXPERTS;
 use crate::handle::Keys;
@@ -673,7 +673,7 @@ fn event_data<'e>(event: &'e [u8], data: &mut Vec<u8>) -> Option<Option<&'e [u8]
 /// The rows slots of an event's data (scanned as `doc`): empty
 /// when it carries no rows.
 fn rows_slots(fields: &[&str], doc: &Doc<'_>) -> Vec<Slot> {
-    let root = Node::root(doc);
+    let root = ScannedValue::root(doc);
     let mut slots = Vec::new();
     // vLLM's inline rows and rows by handle, read from the scanner's index.
     if let Some(choices) = root.get("choices").and_then(View::elements) {
@@ -706,12 +706,12 @@ fn choice_index<'a, V: View<'a>>(choice: V, position: usize) -> u64 {
 
 /// Whether `object` (a recorded value) is an object with a non-null
 /// `routed_experts`, read by scanning its text.
-fn has_rows_member(object: Option<Node<'_>>) -> bool {
+fn has_rows_member(object: Option<ScannedValue<'_>>) -> bool {
     let Some(object) = object.filter(|o| o.kind() == crate::view::Kind::Object) else {
         return false;
     };
     Doc::scan(object.text()).is_ok_and(|doc| {
-        Node::root(&doc)
+        ScannedValue::root(&doc)
             .get(ROUTED_EXPERTS)
             .is_some_and(|rows| !rows.is_null())
     })
@@ -720,7 +720,7 @@ fn has_rows_member(object: Option<Node<'_>>) -> bool {
 /// SGLang's rows slots of the data `root`: `meta_info` (by the output's
 /// `index`), `sglext`, and `choices[0].sgl_ext`; of each element, when the
 /// data is an array.
-fn sglang_slots(root: Node<'_>, slots: &mut Vec<Slot>) {
+fn sglang_slots(root: ScannedValue<'_>, slots: &mut Vec<Slot>) {
     if root.kind() == crate::view::Kind::Array {
         // The scanner does not index an array's elements (SGLang answers a
         // batch with one; it streams objects): read as a tree.

@@ -4,8 +4,6 @@
 //! `pd_stitch::testing::stream::events`, written apart from the stitcher (a
 //! byte at a time).
 
-mod support;
-
 use pd_stitch::stream::StreamStitcher;
 use pd_stitch::testing::stream::{events, streams, verify_streamed, Framing, StreamCase};
 use pd_stitch::testing::Knobs;
@@ -68,7 +66,7 @@ fn lf(merged: &[u8]) -> Vec<u8> {
 }
 
 proptest! {
-    #![proptest_config(support::config("proptest-regressions/stream.txt"))]
+    #![proptest_config(crate::support::config("stream"))]
 
     /// SL1: every split of the stream into chunks (sizes 1 to the whole)
     /// gives the same output; and one byte at a time too.
