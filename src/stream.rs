@@ -419,7 +419,11 @@ impl StreamStitcher {
                 let mut scan = Scan::START;
                 match find_end(input, &mut scan) {
                     Some(end) => {
-                        self.event(&input[..end], end <= suspect, out)?;
+                        // A needle that starts inside the event lies in it
+                        // whole (no needle holds a line-end byte, and the
+                        // event ends with one), so the event passes the
+                        // prefilter without a search of its own either way.
+                        self.event(&input[..end], Some(end > suspect), out)?;
                         input = &input[end..];
                         suspect = if end <= suspect {
                             suspect - end
@@ -440,7 +444,7 @@ impl StreamStitcher {
                         self.pending.extend_from_slice(&input[..end]);
                         input = &input[end..];
                         let event = std::mem::take(&mut self.pending);
-                        let result = self.event(&event, false, out);
+                        let result = self.event(&event, None, out);
                         self.pending = event;
                         self.pending.clear();
                         self.scan = Scan::START;
@@ -458,11 +462,18 @@ impl StreamStitcher {
     }
 
     /// One complete event (its blank line's first line-end byte included):
-    /// appended as it is, or stitched.
-    fn event(&mut self, event: &[u8], clean: bool, out: &mut Vec<u8>) -> Result<(), Error> {
+    /// appended as it is, or stitched. `suspect` is the prefilter's answer,
+    /// when it is known already.
+    fn event(
+        &mut self,
+        event: &[u8],
+        suspect: Option<bool>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), Error> {
         let number = self.events;
         let offset = self.offset;
-        if !clean && self.finders.may_carry_rows(event) {
+        let suspect = suspect.unwrap_or_else(|| self.finders.may_carry_rows(event));
+        if suspect {
             self.stitch_event(event, number, offset, out)?;
         } else {
             out.extend_from_slice(event);
