@@ -899,3 +899,17 @@ mod tests {
         assert!(data.is_empty());
     }
 }
+
+#[cfg(test)]
+mod null_member_event {
+    use super::*;
+
+    #[test]
+    fn a_null_rows_member_passes() {
+        let mut s = StreamStitcher::new(Stitcher::new(), &b"{\"choices\": [{}]}"[..]).unwrap();
+        let mut out = Vec::new();
+        let event = b"data: {\"choices\": [{\"routed_experts\": null}]}\n\n";
+        s.feed(event, &mut out).unwrap();
+        assert_eq!(out, event);
+    }
+}
