@@ -348,10 +348,37 @@ async fn generate(State(mock): State<Arc<Mock>>, body: Bytes) -> Response {
             json!({"do_remote_prefill": true, "remote_request_id": index});
     }
     if body.get("stream") == Some(&Value::Bool(true)) {
-        // One event with the whole answer, then the end: enough for a router
-        // that passes streams through.
-        let events = format!("data: {response}\n\ndata: [DONE]\n\n");
-        return ([(header::CONTENT_TYPE, "text/event-stream")], events).into_response();
+        // As vLLM's `/inference/v1/generate` streams: per choice, token
+        // chunks, then the chunk on which routing is available (here the
+        // choice's whole answer, rows and all), a usage chunk with
+        // `"choices": []`, and `[DONE]`; each event sent in two pieces, so
+        // that a router sees events split across reads.
+        let mut pieces: Vec<Bytes> = Vec::new();
+        let mut event = |data: &Value| {
+            let text = format!("data: {data}\n\n").into_bytes();
+            let half = text.len() / 2;
+            pieces.push(Bytes::copy_from_slice(&text[..half]));
+            pieces.push(Bytes::copy_from_slice(&text[half..]));
+        };
+        let id = response.get("request_id").cloned().unwrap_or(json!(index));
+        let choices = response["choices"].as_array().cloned().unwrap_or_default();
+        for (i, choice) in choices.into_iter().enumerate() {
+            for token in 0..2 {
+                event(&json!({"request_id": id, "choices": [
+                    {"index": i, "token_ids": [token], "finish_reason": null, "routed_experts": null}]}));
+            }
+            let mut choice = choice;
+            choice["index"] = json!(i);
+            choice["finish_reason"] = json!("length");
+            event(&json!({"request_id": id, "choices": [choice]}));
+        }
+        event(&json!({"request_id": id, "choices": [], "usage": response.get("usage")}));
+        pieces.push(Bytes::from_static(b"data: [DONE]\n\n"));
+        let chunks = futures_util::stream::iter(pieces.into_iter().map(Ok::<_, std::io::Error>));
+        return Response::builder()
+            .header(header::CONTENT_TYPE, "text/event-stream")
+            .body(Body::from_stream(chunks))
+            .unwrap_or_else(|e| error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()));
     }
     let bytes = match serde_json::to_vec(&response) {
         Ok(bytes) => bytes,

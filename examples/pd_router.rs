@@ -15,9 +15,11 @@
 //!    is never parsed into a tree nor serialized again, and only its stitched
 //!    values change. The result is returned.
 //!
-//! A streamed request cannot be stitched: when the prefill returned routed
-//! experts (`prefill_has_routed_experts`), it is refused with 400; otherwise
-//! the decode's stream is passed through. A merge error is a 502 naming the
+//! A streamed request (`"stream": true`) is stitched on the way: the decode's
+//! events go to the client as they arrive, through a
+//! [`pd_stitch::stream::StreamStitcher`] built from the prefill's body, which
+//! rewrites only the event that carries rows (a stitch error mid-stream ends
+//! the stream with an error event). A merge error is a 502 naming the
 //! error; an unreachable or failing backend a 502, a backend slower than
 //! `--timeout` a 504. Errors are JSON: `{"error": {"message", "type", "code"}}`.
 //!
@@ -37,7 +39,8 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use clap::Parser;
-use pd_stitch::bytes::prefill_has_routed_experts;
+use futures_util::StreamExt;
+use pd_stitch::stream::StreamStitcher;
 use pd_stitch::{Error, Stitcher};
 use serde_json::{json, Value};
 
@@ -132,6 +135,65 @@ impl Backend {
     }
 }
 
+/// A merge error as the client sees it: a backend's body that is not JSON
+/// is the backend's failure, anything else a stitch error; both 502.
+fn stitch_failure(backend: Backend, e: Error) -> Failure {
+    match e {
+        Error::Json { .. } => Failure::new(
+            StatusCode::BAD_GATEWAY,
+            "backend_error",
+            format!("the {} backend's response is not JSON: {e}", backend.name()),
+        ),
+        e => Failure::new(
+            StatusCode::BAD_GATEWAY,
+            "stitch_error",
+            format!("cannot stitch the prefill's and the decode's responses: {e}"),
+        ),
+    }
+}
+
+/// The decode's stream through `stitcher`: each read fed to it and what it
+/// gives sent on. The status (200) has gone out with the first byte, so a
+/// stitch error mid-stream ends the stream with one more event, as vLLM
+/// reports an error on a stream (`data: {"error": ...}`, then `[DONE]`),
+/// after everything stitched before it.
+fn stitched<S>(
+    upstream: S,
+    stitcher: StreamStitcher,
+) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static
+where
+    S: futures_util::Stream<Item = reqwest::Result<Bytes>> + Send + 'static,
+{
+    let state = Some((Box::pin(upstream), stitcher));
+    futures_util::stream::unfold(state, |state| async move {
+        let (mut upstream, mut stitcher) = state?;
+        loop {
+            let mut out = Vec::new();
+            let result = match upstream.next().await {
+                Some(Ok(chunk)) => stitcher.feed(&chunk, &mut out),
+                Some(Err(e)) => return Some((Err(std::io::Error::other(e)), None)),
+                None => match stitcher.finish(&mut out) {
+                    Ok(()) if out.is_empty() => return None,
+                    Ok(()) => return Some((Ok(Bytes::from(out)), None)),
+                    Err(e) => Err(e),
+                },
+            };
+            match result {
+                Ok(()) if out.is_empty() => continue,
+                Ok(()) => return Some((Ok(Bytes::from(out)), Some((upstream, stitcher)))),
+                Err(e) => {
+                    tracing::warn!(kind = e.kind().as_str(), "stream stitch failed: {e}");
+                    let event = json!({"error": {
+                        "message": format!("cannot stitch the prefill's and the decode's responses: {e}"),
+                        "type": "stitch_error", "code": 502}});
+                    out.extend_from_slice(format!("data: {event}\n\ndata: [DONE]\n\n").as_bytes());
+                    return Some((Ok(Bytes::from(out)), None));
+                }
+            }
+        }
+    })
+}
+
 async fn generate(State(router): State<Arc<Router>>, body: Bytes) -> Response {
     let started = Instant::now();
     match router.generate(&body).await {
@@ -168,19 +230,20 @@ impl Router {
         // merge reads its bytes.
         let prefill = not_json(Backend::Prefill, serde_json::from_slice(&prefill_body))?;
         if stream {
-            if prefill_has_routed_experts(&prefill_body).unwrap_or(false) {
-                return Err(Failure::new(
-                    StatusCode::BAD_REQUEST,
-                    "invalid_request",
-                    "a streamed request cannot carry routed experts under P/D: the prefill's rows \
-                     are stitched into one complete response; send it with \"stream\": false",
-                ));
-            }
-            // Nothing to stitch: the decode's stream goes through as it comes.
+            // The decode's stream goes through as it comes, every event at
+            // once; the event that carries rows is stitched on the way.
             let decode_request = decode_request(request, &prefill);
             let response = self.send(Backend::Decode, &decode_request, false).await?;
             let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
-            let mut passed = Response::new(Body::from_stream(response.bytes_stream()));
+            let upstream = response.bytes_stream();
+            let body = if self.config.stitch {
+                let stitcher = StreamStitcher::new(self.stitcher(), prefill_body)
+                    .map_err(|e| stitch_failure(Backend::Prefill, e))?;
+                Body::from_stream(stitched(upstream, stitcher))
+            } else {
+                Body::from_stream(upstream)
+            };
+            let mut passed = Response::new(body);
             if let Some(content_type) = content_type {
                 passed
                     .headers_mut()
@@ -193,25 +256,9 @@ impl Router {
             .body(Backend::Decode, &decode_request(request, &prefill))
             .await?;
         if self.config.stitch {
-            let stitcher = if self.config.strict {
-                Stitcher::new().strict()
-            } else {
-                Stitcher::new()
-            };
-            stitcher
+            self.stitcher()
                 .merge_bytes(&prefill_body, &mut decode, pd_stitch::Stitch::ForPd)
-                .map_err(|e| match e {
-                    Error::Json { .. } => Failure::new(
-                        StatusCode::BAD_GATEWAY,
-                        "backend_error",
-                        format!("the decode backend's response is not JSON: {e}"),
-                    ),
-                    e => Failure::new(
-                        StatusCode::BAD_GATEWAY,
-                        "stitch_error",
-                        format!("cannot stitch the prefill's and the decode's responses: {e}"),
-                    ),
-                })?;
+                .map_err(|e| stitch_failure(Backend::Decode, e))?;
         }
         // Without stitching (a baseline for the load benchmark) the decode's
         // bytes pass through unread.
@@ -221,6 +268,15 @@ impl Router {
             header::HeaderValue::from_static("application/json"),
         );
         Ok(response)
+    }
+
+    /// The stitcher of this router's configuration.
+    fn stitcher(&self) -> Stitcher {
+        if self.config.strict {
+            Stitcher::new().strict()
+        } else {
+            Stitcher::new()
+        }
     }
 
     /// Sends `body` to `backend`; a response with a success status, or why

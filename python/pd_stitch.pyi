@@ -74,3 +74,31 @@ def check(
 ) -> List[Dict[str, Any]]:
     """One dict per choice and field: choice, field, segments, coverage, gaps,
     overlaps, dtype, shape, problems, ok."""
+
+class StreamStitcher:
+    """Stitches one decode stream (server-sent events) with the prefill's
+    whole response: every event goes out as soon as it is complete, byte for
+    byte, except the one that carries rows, whose data is merged as
+    `merge_routed_experts_for_pd` merges it. The GIL is released while a
+    chunk is stitched. `row_shape=(layers, top_k)` is for SGLang rows and has
+    no effect in a build whose merge does not read them."""
+
+    def __init__(
+        self,
+        prefill: _Prefill,
+        *,
+        fields: Optional[Iterable[str]] = None,
+        strict: bool = False,
+        row_shape: Optional[Tuple[int, int]] = None,
+    ) -> None: ...
+    def feed(self, chunk: bytes) -> bytes:
+        """The bytes that can be sent now (possibly b""). Raises StitchError
+        (kinds StreamEvent, StreamRowsRepeated, StreamUnstitched,
+        StreamClosed); what was returned before is a prefix of the stitched
+        stream."""
+    def finish(self) -> bytes:
+        """Ends the stream: the bytes of an unfinished event without rows.
+        Raises StitchError (StreamUnfinished, StreamClosed)."""
+    @property
+    def buffered(self) -> int:
+        """Bytes held: those of the event being read."""

@@ -139,6 +139,7 @@ mod response;
 pub mod sim;
 mod splice;
 mod stitcher;
+pub mod stream;
 mod strict;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -131,7 +131,7 @@ impl Stitcher {
     }
 
     /// How this stitcher merges what `what` names.
-    fn spec(&self, what: Stitch) -> Spec<'_, String> {
+    pub(crate) fn spec(&self, what: Stitch) -> Spec<'_, String> {
         Spec {
             fields: &self.fields,
             what,

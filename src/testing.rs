@@ -34,6 +34,8 @@
 //! });
 //! ```
 
+pub mod stream;
+
 use std::fmt;
 use std::ops::RangeInclusive;
 

@@ -649,6 +649,66 @@ pub fn check_bytes(data: &[u8], bytes: BytesMerge, value: Merge) {
 
 /// The checks pass on the seeds with the real merges, and fire on merges
 /// broken on purpose: `cargo +nightly test` in fuzz/ (no libFuzzer needed).
+/// `pd_stitch::stream` on `prefill NUL stream` (the whole input the stream
+/// when it has no NUL, with a prefill without rows):
+///
+/// - SL1: fed whole, fed in chunks whose sizes the stream's bytes choose, and
+///   fed a byte at a time, the output and the result's kind are the same;
+/// - SL2: a stream with no `routed_experts`, `payload` or `\u` in it comes
+///   out byte for byte as it went in, and without error;
+/// - SL4: after an error, every further call is refused.
+pub fn check_stream(data: &[u8]) {
+    use pd_stitch::stream::StreamStitcher;
+    use pd_stitch::{ErrorKind, Stitcher};
+
+    let (prefill, stream) = match data.iter().position(|&b| b == 0) {
+        Some(nul) => (&data[..nul], &data[nul + 1..]),
+        None => (&br#"{"choices": [{}]}"#[..], data),
+    };
+    let Ok(mut whole) = StreamStitcher::new(Stitcher::new(), prefill) else {
+        assert!(serde_json::from_slice::<Value>(prefill).is_err(), "a JSON prefill was refused");
+        return;
+    };
+    let run = |stitcher: &mut StreamStitcher, chunks: &mut dyn Iterator<Item = &[u8]>| {
+        let mut out = Vec::new();
+        for chunk in chunks {
+            if let Err(err) = stitcher.feed(chunk, &mut out) {
+                return (out, Err(err.kind()));
+            }
+        }
+        let result = stitcher.finish(&mut out).map_err(|e| e.kind());
+        (out, result)
+    };
+    let (out, result) = run(&mut whole, &mut std::iter::once(stream));
+    if result.is_err() {
+        let again = whole.feed(b"data: x
+
+", &mut Vec::new());
+        assert_eq!(again.map_err(|e| e.kind()), Err(ErrorKind::StreamClosed), "SL4: fed after an error");
+    }
+    // Chunk sizes from the stream's own bytes.
+    let mut sizes = stream.iter().map(|&b| usize::from(b % 17) + 1).cycle();
+    let mut at = 0;
+    let mut chunks = std::iter::from_fn(|| {
+        if at >= stream.len() {
+            return None;
+        }
+        let end = (at + sizes.next().unwrap_or(1)).min(stream.len());
+        let chunk = &stream[at..end];
+        at = end;
+        Some(chunk)
+    });
+    let mut chunked = StreamStitcher::new(Stitcher::new(), prefill).expect("accepted once");
+    assert_eq!(run(&mut chunked, &mut chunks), (out.clone(), result), "SL1: chunks");
+    let mut bytewise = StreamStitcher::new(Stitcher::new(), prefill).expect("accepted once");
+    assert_eq!(run(&mut bytewise, &mut stream.chunks(1)), (out.clone(), result), "SL1: bytes");
+    let find = |needle: &[u8]| stream.windows(needle.len()).any(|w| w == needle);
+    if !find(b"routed_experts") && !find(b"payload") && !find(b"\\u") {
+        assert_eq!(result, Ok(()), "SL2: a stream without rows keys failed");
+        assert_eq!(out, stream, "SL2: a stream without rows keys changed");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

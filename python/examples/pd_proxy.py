@@ -11,8 +11,12 @@ It does what examples/pd_router.rs does. `POST /inference/v1/generate`:
    on a worker thread, so the event loop keeps serving other requests), and
    returns the merged body.
 
-A streamed request whose prefill carries routed experts is a 400 (the two
-streams cannot be stitched); otherwise the decode's stream is passed through.
+A streamed request (`"stream": true`) is stitched on the way: the decode's
+events go to the client as they arrive, through a `pd_stitch.StreamStitcher`
+built from the prefill's body, which rewrites only the event that carries
+rows (on a worker thread, the GIL released). A stitch error mid-stream ends
+the stream with an error event (`data: {"error": ...}`, then `[DONE]`, as
+vLLM reports errors on a stream).
 A `StitchError` is a 502 whose body names it (kind, location, message); a
 failing backend is a 502, one slower than `--timeout` a 504, and a 4xx of a
 backend is passed on.
@@ -141,11 +145,11 @@ class Proxy:
             raise Failure(502, "backend_error", f"the prefill backend's response is not a JSON object: {e}")
 
         if stream:
-            if pd_stitch.prefill_has_routed_experts(prefill):
-                raise Failure(400, "invalid_request",
-                              "a streamed request cannot carry routed experts under P/D: the prefill's rows "
-                              "are stitched into one complete response; send it with \"stream\": false")
-            return await self.pass_through(http_request, decode_request(request, kv_transfer_params))
+            try:
+                stitcher = pd_stitch.StreamStitcher(prefill)
+            except pd_stitch.StitchError as e:
+                raise Failure(502, "backend_error", f"the prefill backend's response is not JSON: {e}")
+            return await self.pass_through(http_request, decode_request(request, kv_transfer_params), stitcher)
 
         decode = await self.read("decode", decode_request(request, kv_transfer_params))
         try:
@@ -159,15 +163,28 @@ class Proxy:
                           kind=e.kind, location=e.location)
         return web.Response(body=merged, content_type="application/json")
 
-    async def pass_through(self, http_request, body):
+    async def pass_through(self, http_request, body, stitcher):
+        """The decode's stream through `stitcher`, each read sent on as soon
+        as the stitcher gives it back."""
         response = await self.send("decode", body, deadline=False)
         out = web.StreamResponse(status=response.status)
         if "content-type" in response.headers:
             out.headers["content-type"] = response.headers["content-type"]
         await out.prepare(http_request)
+        loop = asyncio.get_running_loop()
         try:
             async for chunk in response.content.iter_any():
-                await out.write(chunk)
+                # A rows event's merge may take milliseconds: off the loop.
+                ready = await loop.run_in_executor(None, stitcher.feed, chunk)
+                if ready:
+                    await out.write(ready)
+            ready = stitcher.finish()
+            if ready:
+                await out.write(ready)
+        except pd_stitch.StitchError as e:
+            error = {"code": 502, "type": "stitch_error", "kind": e.kind, "location": e.location,
+                     "message": f"cannot stitch the prefill's and the decode's responses: {e}"}
+            await out.write(f"data: {json.dumps({'error': error})}\n\ndata: [DONE]\n\n".encode())
         finally:
             response.release()
         await out.write_eof()

@@ -29,7 +29,8 @@
 //!
 //! The modules: `errors` (`StitchError`), `conversion` (Python objects in
 //! and out), `merges` (the four merge functions), `readers` (`gather` and
-//! `check`), `detached_bytes` (the unsafe function); this file holds the
+//! `check`), `stream` (`StreamStitcher`), `detached_bytes` (the unsafe
+//! function); this file holds the
 //! module definition.
 
 #![deny(unsafe_code)]
@@ -39,6 +40,7 @@ mod detached_bytes;
 mod errors;
 mod merges;
 mod readers;
+mod stream;
 
 use pyo3::prelude::*;
 
@@ -53,5 +55,6 @@ fn python_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(merges::prefill_has_routed_experts, m)?)?;
     m.add_function(wrap_pyfunction!(readers::gather_rows, m)?)?;
     m.add_function(wrap_pyfunction!(readers::check, m)?)?;
+    m.add_class::<stream::StreamStitcher>()?;
     Ok(())
 }

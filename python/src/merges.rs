@@ -34,7 +34,7 @@ fn field_names(fields: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<String>
 }
 
 /// The `Stitcher` for `fields=` and `strict=`.
-fn stitcher(fields: Option<&Bound<'_, PyAny>>, strict: bool) -> PyResult<Stitcher> {
+pub(crate) fn stitcher(fields: Option<&Bound<'_, PyAny>>, strict: bool) -> PyResult<Stitcher> {
     let stitcher = match field_names(fields)? {
         None => Stitcher::new(),
         Some(names) => Stitcher::with_fields(names),

@@ -117,17 +117,86 @@ def test_stitched_rows_equal_a_direct_merge_of_the_backends_answers(backends):
                                   pd_stitch.gather(expected, c, root=root)[1])
 
 
-def test_a_stream_that_needs_stitching_is_a_400(backends):
-    prefill, decode, _ = backends()
-    [(status, body)] = asyncio.run(with_proxy(prefill, decode, [{"request_id": "req-3", "stream": True}]))
-    assert status == 400
-    assert "cannot carry routed experts" in json.loads(body)["error"]["message"]
+def events(body):
+    """The data of each event of an SSE body (LF framing, as the mock sends)."""
+    assert body.endswith(b"\n\n"), body[-40:]
+    return [event[len(b"data: "):] for event in body[:-2].split(b"\n\n")]
+
+
+def rows_choices(body):
+    """The choices of the events that carry rows, as one response."""
+    choices = []
+    for data in events(body):
+        if data == b"[DONE]":
+            continue
+        for choice in json.loads(data).get("choices", []):
+            if choice.get("routed_experts") is not None or "payload" in choice:
+                choice = {k: v for k, v in choice.items() if k not in ("index", "finish_reason")}
+                choices.append(choice)
+    return json.dumps({"choices": choices}).encode()
+
+
+def test_a_stream_is_stitched_and_equals_a_direct_merge(backends):
+    prefill, decode, root = backends()
+    # By handle, compact and npy in turn by request index.
+    bodies = [{"request_id": f"req-{i}", "stream": True, "sampling_params": {"max_tokens": 8}} for i in range(3)]
+    streamed = asyncio.run(with_proxy(prefill, decode, bodies))
+    plain = asyncio.run(with_proxy(prefill, decode, [dict(b, stream=False) for b in bodies]))
+    for (status, body), (plain_status, whole) in zip(streamed, plain):
+        assert status == 200 and plain_status == 200, body[:300]
+        data = events(body)
+        assert data[-1] == b"[DONE]"
+        merged = rows_choices(body)
+        n = len(json.loads(whole)["choices"])
+        assert len(json.loads(merged)["choices"]) == n
+        for c in range(n):
+            assert np.array_equal(pd_stitch.gather(merged, c, root=root)[1],
+                                  pd_stitch.gather(whole, c, root=root)[1])
+
+
+def test_the_stream_stitcher_in_chunks_of_any_size():
+    prefill = b'{"choices": [{"routed_experts": {"data": "AQID", "shape": [1, 1, 3], "start": 0, "dtype": "uint8"}}]}'
+    stream = (b'data: {"choices": [{"index": 0, "token_ids": [7], "routed_experts": null}]}\r\n\r\n'
+              b'data: {"choices": [{"index": 0, "routed_experts": {"data": "AAAABAUG", "shape": [2, 1, 3], '
+              b'"start": 0, "dtype": "uint8"}}]}\n\ndata: [DONE]\n\n')
+    outputs = set()
+    for size in (1, 2, 7, len(stream)):
+        s = pd_stitch.StreamStitcher(prefill)
+        out = b"".join(s.feed(stream[i:i + size]) for i in range(0, len(stream), size)) + s.finish()
+        outputs.add(out)
+    [out] = outputs
+    assert b'"data": "AQIDBAUG"' in out and out.startswith(stream[:70]) and out.endswith(b"data: [DONE]\n\n")
+    # Errors are StitchErrors, and the stitcher is closed after one.
+    s = pd_stitch.StreamStitcher(b'{"choices": [{}]}')
+    with pytest.raises(pd_stitch.StitchError) as e:
+        s.feed(stream)
+    assert e.value.kind == "StreamEvent" and e.value.location == "decode choices[0].routed_experts"
+    with pytest.raises(pd_stitch.StitchError) as e:
+        s.feed(b"data: x\n\n")
+    assert e.value.kind == "StreamClosed"
+    with pytest.raises(pd_stitch.StitchError) as e:
+        pd_stitch.StreamStitcher(b"{")
+    assert e.value.kind == "Json"
+    with pytest.raises(TypeError):
+        pd_stitch.StreamStitcher(prefill).feed("data: x")
 
 
 def test_a_stream_without_rows_is_passed_through(backends):
     prefill, decode, _ = backends(prefill_fault="no-routing", decode_fault="no-routing")
     [(status, body)] = asyncio.run(with_proxy(prefill, decode, [{"request_id": "req-3", "stream": True}]))
-    assert status == 200 and body
+    assert status == 200 and events(body)[-1] == b"[DONE]"
+    assert rows_choices(body) == b'{"choices": []}'
+
+
+def test_a_stream_that_cannot_be_stitched_ends_with_an_error_event(backends):
+    prefill, decode, _ = backends(prefill_fault="no-routing")
+    [(status, body)] = asyncio.run(with_proxy(prefill, decode, [{"request_id": "req-0", "stream": True}]))
+    assert status == 200
+    data = events(body)
+    assert data[-1] == b"[DONE]"
+    error = json.loads(data[-2])["error"]
+    assert error["type"] == "stitch_error" and error["kind"] == "StreamEvent"
+    assert rows_choices(b"\n\n".join(b"data: " + d for d in data[:-2]) + b"\n\n") == b'{"choices": []}'
 
 
 def test_a_stitch_error_is_a_502_naming_it(backends):

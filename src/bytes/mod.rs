@@ -86,8 +86,8 @@ use crate::fields::DEFAULT_FIELDS;
 use crate::merge::{self, default_spec, Spec};
 use crate::splice::{self, Edit};
 
-use scan::Doc;
-use view::ScannedValue;
+pub(crate) use scan::Doc;
+pub(crate) use view::ScannedValue;
 
 /// [`merge_routed_experts_for_pd`](crate::merge_routed_experts_for_pd) on raw
 /// JSON bytes: the inline and the by-handle merge, as one atomic step.
@@ -176,7 +176,7 @@ fn byte_offset(text: &[u8], line: usize, column: usize) -> usize {
 }
 
 /// Scans one side, or says why it is not JSON.
-fn scan(side: Side, text: &[u8]) -> Result<Doc<'_>, Error> {
+pub(crate) fn scan(side: Side, text: &[u8]) -> Result<Doc<'_>, Error> {
     Doc::scan(text).map_err(|invalid| Error::Json {
         side,
         offset: invalid.offset,
@@ -256,17 +256,36 @@ pub(crate) fn merge_with<S: AsRef<str>, R>(
     decode: &[u8],
     write: impl FnOnce(Stitched<'_>) -> R,
 ) -> Result<Option<R>, Error> {
-    let prefill_doc = scan(Side::Prefill, prefill)?;
+    let prefill = scan(Side::Prefill, prefill)?;
     let doc = scan(Side::Decode, decode)?;
-    let Some(plan) = merge::plan(
-        spec,
-        ScannedValue::root(&prefill_doc),
-        ScannedValue::root(&doc),
-    )?
+    merge_docs_with(spec, &prefill, &doc, write)
+}
+
+/// [`merge_with`] on a decode already scanned as `doc` (a streamed event's
+/// data, scanned once to find its rows).
+pub(crate) fn merge_doc_with<S: AsRef<str>, R>(
+    spec: Spec<'_, S>,
+    prefill: &[u8],
+    doc: &Doc<'_>,
+    write: impl FnOnce(Stitched<'_>) -> R,
+) -> Result<Option<R>, Error> {
+    let prefill = scan(Side::Prefill, prefill)?;
+    merge_docs_with(spec, &prefill, doc, write)
+}
+
+/// [`merge_with`] on two scanned texts.
+fn merge_docs_with<S: AsRef<str>, R>(
+    spec: Spec<'_, S>,
+    prefill: &Doc<'_>,
+    doc: &Doc<'_>,
+    write: impl FnOnce(Stitched<'_>) -> R,
+) -> Result<Option<R>, Error> {
+    let Some(plan) = merge::plan(spec, ScannedValue::root(prefill), ScannedValue::root(doc))?
     else {
         return Ok(None);
     };
-    let edits = write::edits(plan, ScannedValue::root(&prefill_doc), &doc);
+    let edits = write::edits(plan, ScannedValue::root(prefill), doc);
+    let decode = doc.text();
     Ok(Some(write(Stitched {
         decode,
         len: splice::new_len(decode.len(), &edits),

@@ -142,6 +142,11 @@ impl<'a> Doc<'a> {
         self.nodes.get(i)
     }
 
+    /// The whole text.
+    pub(crate) fn text(&self) -> &'a [u8] {
+        self.text
+    }
+
     /// The bytes of `range` of the text.
     pub(crate) fn slice(&self, range: Range<usize>) -> &'a [u8] {
         self.text.get(range).unwrap_or_default()

@@ -62,11 +62,21 @@ pub enum ErrorKind {
     Layout,
     /// [`Error::Json`](crate::Error::Json).
     Json,
+    /// [`Error::StreamEvent`](crate::Error::StreamEvent).
+    StreamEvent,
+    /// [`Error::StreamRowsRepeated`](crate::Error::StreamRowsRepeated).
+    StreamRowsRepeated,
+    /// [`Error::StreamUnstitched`](crate::Error::StreamUnstitched).
+    StreamUnstitched,
+    /// [`Error::StreamUnfinished`](crate::Error::StreamUnfinished).
+    StreamUnfinished,
+    /// [`Error::StreamClosed`](crate::Error::StreamClosed).
+    StreamClosed,
 }
 
 impl ErrorKind {
     /// Every kind, in the order of the variants of [`Error`](crate::Error).
-    pub const ALL: [ErrorKind; 15] = [
+    pub const ALL: [ErrorKind; 20] = [
         ErrorKind::Structure,
         ErrorKind::Integer,
         ErrorKind::Dtype,
@@ -82,6 +92,11 @@ impl ErrorKind {
         ErrorKind::Coverage,
         ErrorKind::Layout,
         ErrorKind::Json,
+        ErrorKind::StreamEvent,
+        ErrorKind::StreamRowsRepeated,
+        ErrorKind::StreamUnstitched,
+        ErrorKind::StreamUnfinished,
+        ErrorKind::StreamClosed,
     ];
 
     /// The kind's name, which is its variant's: `"MissingPrefillField"`.
@@ -102,6 +117,11 @@ impl ErrorKind {
             ErrorKind::Coverage => "Coverage",
             ErrorKind::Layout => "Layout",
             ErrorKind::Json => "Json",
+            ErrorKind::StreamEvent => "StreamEvent",
+            ErrorKind::StreamRowsRepeated => "StreamRowsRepeated",
+            ErrorKind::StreamUnstitched => "StreamUnstitched",
+            ErrorKind::StreamUnfinished => "StreamUnfinished",
+            ErrorKind::StreamClosed => "StreamClosed",
         }
     }
 }

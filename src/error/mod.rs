@@ -232,6 +232,65 @@ pub enum Error {
         /// What is wrong, in `serde_json`'s words.
         message: String,
     },
+    /// A streamed decode ([`stream`](crate::stream)): an event that carries
+    /// rows failed to stitch. `error` is the merge's error, at its place in
+    /// the event's data (the decode response); [`Error::location`] is its.
+    #[non_exhaustive]
+    #[error("stream event {event} (at byte {offset}): {error}")]
+    StreamEvent {
+        /// The event's number in the stream, from 0.
+        event: u64,
+        /// The stream offset of the event's first byte.
+        offset: u64,
+        /// Why its data could not be stitched.
+        error: Box<Error>,
+    },
+    /// A streamed decode: a second event with rows for a choice (or SGLang
+    /// slot) that an earlier event's rows were stitched into.
+    #[non_exhaustive]
+    #[error("stream event {event} (at byte {offset}): rows for {slot} again (event {first_event} had them); a choice's rows come on one event")]
+    StreamRowsRepeated {
+        /// The event's number in the stream, from 0.
+        event: u64,
+        /// The stream offset of the event's first byte.
+        offset: u64,
+        /// The event whose rows were stitched first.
+        first_event: u64,
+        /// Which rows: `choice 1`, `SGLang sglext`, ...
+        slot: String,
+    },
+    /// A streamed decode: an event carries rows (by its keys) that the merge
+    /// leaves unstitched: SGLang's slots, in a build whose merge does not
+    /// read them.
+    #[non_exhaustive]
+    #[error(
+        "stream event {event} (at byte {offset}): carries rows that this merge does not stitch"
+    )]
+    StreamUnstitched {
+        /// The event's number in the stream, from 0.
+        event: u64,
+        /// The stream offset of the event's first byte.
+        offset: u64,
+    },
+    /// A streamed decode that ended inside an event that may carry rows (its
+    /// bytes name `payload` or a non-null `routed_experts`, or have a `\u`
+    /// escape): its rows, if any, could not be stitched.
+    #[non_exhaustive]
+    #[error("the stream ended inside an event that may carry rows ({len} bytes from byte {offset}, no blank line after them)")]
+    StreamUnfinished {
+        /// The stream offset of the event's first byte.
+        offset: u64,
+        /// How many bytes of it arrived.
+        len: u64,
+    },
+    /// A streamed decode fed (or finished) again after it failed or was
+    /// finished.
+    #[non_exhaustive]
+    #[error("the stream stitcher {}: it takes no more input", if *failed { "failed" } else { "was finished" })]
+    StreamClosed {
+        /// Whether it failed (else it was finished).
+        failed: bool,
+    },
 }
 
 impl Error {
@@ -254,6 +313,11 @@ impl Error {
             Error::Coverage { .. } => ErrorKind::Coverage,
             Error::Layout { .. } => ErrorKind::Layout,
             Error::Json { .. } => ErrorKind::Json,
+            Error::StreamEvent { .. } => ErrorKind::StreamEvent,
+            Error::StreamRowsRepeated { .. } => ErrorKind::StreamRowsRepeated,
+            Error::StreamUnstitched { .. } => ErrorKind::StreamUnstitched,
+            Error::StreamUnfinished { .. } => ErrorKind::StreamUnfinished,
+            Error::StreamClosed { .. } => ErrorKind::StreamClosed,
         }
     }
 
@@ -275,6 +339,11 @@ impl Error {
             | Error::Coverage { at, .. }
             | Error::Layout { at, .. } => at,
             Error::Json { side, .. } => root_of(*side),
+            Error::StreamEvent { error, .. } => error.location(),
+            Error::StreamRowsRepeated { .. }
+            | Error::StreamUnstitched { .. }
+            | Error::StreamUnfinished { .. }
+            | Error::StreamClosed { .. } => root_of(Side::Decode),
         }
     }
 }

@@ -35,5 +35,7 @@ mod rules;
 #[cfg(feature = "cli")]
 mod sim;
 mod stability;
+#[cfg(feature = "testing")]
+mod stream;
 mod strict;
 mod totality;

@@ -263,22 +263,114 @@ async fn without_stitching_the_answers_are_not_the_truth() {
     }
 }
 
+/// The events of an SSE body (as `pd_stitch::testing::stream::events` reads
+/// them): each one's data, and the merged response the rows events' choices
+/// make (their `index` and `finish_reason` left out, as the non-streaming
+/// answer has them).
+fn streamed(bytes: &[u8]) -> (Vec<Vec<u8>>, Value) {
+    let (events, loose) = pd_stitch::testing::stream::events(bytes);
+    assert!(loose.is_empty(), "bytes outside events: {loose:?}");
+    let mut choices = Vec::new();
+    let mut data = Vec::new();
+    for event in events {
+        let text = event.data.expect("every event has data");
+        if let Ok(value) = serde_json::from_slice::<Value>(&text) {
+            for choice in value["choices"].as_array().into_iter().flatten() {
+                let rows = !choice["routed_experts"].is_null() || choice.get("payload").is_some();
+                if rows {
+                    let mut choice = choice.clone();
+                    let object = choice.as_object_mut().expect("a choice is an object");
+                    object.remove("index");
+                    object.remove("finish_reason");
+                    choices.push(choice);
+                }
+            }
+        }
+        data.push(text);
+    }
+    (data, json!({"choices": choices}))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_streamed_request_with_routed_experts_is_refused() {
-    let setup = Setup::start("stream-refused", Options::default()).await;
-    let mut request = body(3);
+async fn streamed_answers_are_stitched_and_equal_the_colocated_truth_in_every_form() {
+    for mode in Mode::ALL {
+        let name = format!("stream-{}", mode.name().replace(' ', "-"));
+        let setup = Setup::start(
+            &name,
+            Options {
+                forms: Forms::One(mode),
+                ..Options::default()
+            },
+        )
+        .await;
+        for index in 0..4 {
+            let mut request = body(index);
+            request["stream"] = json!(true);
+            let (status, content_type, bytes) = setup
+                .post_raw(serde_json::to_vec(&request).expect("json"))
+                .await;
+            assert_eq!(
+                status,
+                StatusCode::OK,
+                "{}",
+                String::from_utf8_lossy(&bytes)
+            );
+            assert_eq!(content_type, "text/event-stream");
+            let (data, merged) = streamed(&bytes);
+            let choices = Request::draw(SEED, index).choices;
+            // Per choice two token events and the rows event, then usage and
+            // [DONE], in order.
+            assert_eq!(
+                data.len(),
+                3 * choices + 2,
+                "{}: {}",
+                mode.name(),
+                String::from_utf8_lossy(&bytes)
+            );
+            assert_eq!(data.last().map(Vec::as_slice), Some(&b"[DONE]"[..]));
+            setup
+                .check_truth(index, &merged)
+                .unwrap_or_else(|e| panic!("{} streamed: {e}", mode.name()));
+        }
+        // The prefill was asked for one token, not streamed.
+        for p in setup.prefill.seen.lock().expect("lock").iter() {
+            assert_eq!(p["stream"], false);
+            assert_eq!(p["sampling_params"]["max_tokens"], 1);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_cannot_be_stitched_ends_with_an_error_event() {
+    // The prefill has no rows, the decode's stream has: the events before
+    // the rows event go out, then an error event and [DONE].
+    let setup = Setup::start(
+        "stream-error",
+        Options {
+            prefill_fault: Fault::NoRouting,
+            ..Options::default()
+        },
+    )
+    .await;
+    let mut request = body(2);
     request["stream"] = json!(true);
-    let (status, response) = setup.post(&request).await;
-    assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert_eq!(response["error"]["type"], "invalid_request");
-    assert!(
-        message(&response).contains("\"stream\": false"),
-        "{response}"
+    let (status, _, bytes) = setup
+        .post_raw(serde_json::to_vec(&request).expect("json"))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (data, merged) = streamed(&bytes);
+    assert_eq!(
+        merged["choices"],
+        json!([]),
+        "a rows event went out unstitched"
     );
-    assert!(
-        setup.decode.seen.lock().expect("lock").is_empty(),
-        "the decode was asked anyway"
-    );
+    assert_eq!(data.len(), 4, "{}", String::from_utf8_lossy(&bytes));
+    let error: Value = serde_json::from_slice(&data[2]).expect("the error event is JSON");
+    assert_eq!(error["error"]["type"], "stitch_error");
+    let message = error["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("stream event 2"), "{error}");
+    assert!(message.contains("the prompt's rows are missing"), "{error}");
+    assert_eq!(data[3], b"[DONE]");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -299,12 +391,15 @@ async fn a_streamed_request_without_routed_experts_passes_through() {
         .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(content_type, "text/event-stream");
-    let answers = setup.deployment.answers(4).expect("answers");
-    let expected = format!(
-        "data: {}\n\ndata: [DONE]\n\n",
-        mock_vllm::without_routing(answers.decode.clone())
-    );
-    assert_eq!(String::from_utf8_lossy(&bytes), expected);
+    // Nothing to stitch: every event as the decode sent it.
+    let (data, merged) = streamed(&bytes);
+    assert_eq!(merged["choices"], json!([]));
+    let choices = Request::draw(SEED, 4).choices;
+    assert_eq!(data.len(), 3 * choices + 2);
+    let text = String::from_utf8_lossy(&bytes);
+    let first = "data: {\"choices\":[{\"finish_reason\":null,\"index\":0,\"routed_experts\":null";
+    assert!(text.starts_with(first), "{text}");
+    assert!(text.ends_with("\n\ndata: [DONE]\n\n"), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -114,6 +114,11 @@ fn errors_keep_their_kinds_names_and_locations() {
             "Coverage",
             "Layout",
             "Json",
+            "StreamEvent",
+            "StreamRowsRepeated",
+            "StreamUnstitched",
+            "StreamUnfinished",
+            "StreamClosed",
         ]
     );
     let prefill = json!({"choices": [{"payload": [{"field": "routed_experts", "file": "p",
@@ -162,4 +167,19 @@ fn the_algebra_keeps_its_names() {
     let merged = merge(&prefill, &decode).unwrap();
     assert_eq!((merged[1].pos(), merged[1].offset()), (3, 2));
     assert_eq!(Dtype::ALL.len(), 13);
+}
+
+#[test]
+fn the_stream_stitcher_keeps_its_methods() {
+    use pd_stitch::stream::StreamStitcher;
+    let new: fn(Stitcher, Vec<u8>) -> Result<StreamStitcher, Error> =
+        |stitcher, prefill| StreamStitcher::new(stitcher, prefill);
+    let feed: fn(&mut StreamStitcher, &[u8], &mut Vec<u8>) -> Result<(), Error> =
+        StreamStitcher::feed;
+    let finish: fn(&mut StreamStitcher, &mut Vec<u8>) -> Result<(), Error> = StreamStitcher::finish;
+    let mut stitcher = new(Stitcher::new(), b"{}".to_vec()).expect("JSON");
+    let mut out = Vec::new();
+    assert_eq!(feed(&mut stitcher, b"data: [DONE]\n\n", &mut out), Ok(()));
+    assert_eq!(finish(&mut stitcher, &mut out), Ok(()));
+    assert_eq!(out, b"data: [DONE]\n\n");
 }

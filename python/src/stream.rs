@@ -1,0 +1,94 @@
+//! `StreamStitcher`: `pd_stitch::stream` for a Python proxy that relays a
+//! decode's server-sent events.
+
+use pd_stitch::stream::StreamStitcher as Inner;
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyString};
+
+use crate::conversion::{body, to_value, Body};
+use crate::errors::stitch_error;
+use crate::merges::stitcher;
+
+/// Stitches one decode stream (a `text/event-stream` body) with the
+/// prefill's whole response: `feed` each chunk of the decode's body as it
+/// arrives and send on the bytes it returns, then `finish`. Every event goes
+/// out as soon as it is complete, byte for byte, except the one that carries
+/// rows, whose data is merged with the prefill (as `merge_routed_experts_for_pd`
+/// merges). The GIL is released while a chunk is read and stitched.
+///
+/// `row_shape=(layers, top_k)` is accepted for SGLang rows; this build's
+/// merge does not read SGLang rows yet, so it has no effect (an SGLang rows
+/// event is a `StitchError` of kind `StreamUnstitched`).
+#[pyclass(name = "StreamStitcher", module = "pd_stitch")]
+pub struct StreamStitcher {
+    inner: Inner,
+}
+
+#[pymethods]
+impl StreamStitcher {
+    #[new]
+    #[pyo3(signature = (prefill, *, fields=None, strict=false, row_shape=None))]
+    fn new(
+        py: Python<'_>,
+        prefill: &Bound<'_, PyAny>,
+        fields: Option<&Bound<'_, PyAny>>,
+        strict: bool,
+        row_shape: Option<(u64, u64)>,
+    ) -> PyResult<StreamStitcher> {
+        let _ = row_shape;
+        let stitcher = stitcher(fields, strict)?;
+        let text = match body(prefill, "prefill")? {
+            Body::Text(text) => text.into_owned(),
+            Body::Dict => {
+                let dict = prefill.cast::<PyDict>()?;
+                serde_json::to_vec(&to_value(dict.as_any(), 0)?)
+                    .map_err(|e| PyTypeError::new_err(e.to_string()))?
+            }
+        };
+        let inner = py
+            .detach(|| Inner::new(stitcher, text))
+            .map_err(|e| stitch_error(py, &e))?;
+        Ok(StreamStitcher { inner })
+    }
+
+    /// Reads the next chunk of the decode's stream (`bytes`); returns what can
+    /// be sent now (possibly `b""`). Raises `StitchError` when an event
+    /// cannot be stitched; what was returned before is then a prefix of the
+    /// stitched stream, and every later call raises too.
+    fn feed<'py>(
+        &mut self,
+        py: Python<'py>,
+        chunk: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        if chunk.is_instance_of::<PyString>() {
+            return Err(PyTypeError::new_err("chunk must be bytes, not str"));
+        }
+        let chunk = chunk
+            .cast::<PyBytes>()
+            .map_err(|_| PyTypeError::new_err("chunk must be bytes"))?;
+        let bytes = chunk.as_bytes();
+        let inner = &mut self.inner;
+        let mut out = Vec::new();
+        py.detach(|| inner.feed(bytes, &mut out))
+            .map_err(|e| stitch_error(py, &e))?;
+        Ok(PyBytes::new(py, &out))
+    }
+
+    /// Ends the stream; returns the bytes of an unfinished event without rows
+    /// (`b""` usually). Raises `StitchError` (`StreamUnfinished`) when the
+    /// stream ended inside an event that may carry rows.
+    fn finish<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let inner = &mut self.inner;
+        let mut out = Vec::new();
+        py.detach(|| inner.finish(&mut out))
+            .map_err(|e| stitch_error(py, &e))?;
+        Ok(PyBytes::new(py, &out))
+    }
+
+    /// How many bytes it holds (of the event being read).
+    #[getter]
+    fn buffered(&self) -> usize {
+        self.inner.buffered()
+    }
+}

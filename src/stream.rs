@@ -1,0 +1,915 @@
+//! Streamed responses: a sans-IO stitcher of a decode's server-sent events.
+//!
+//! Under P/D the prefill's response is complete before the decode's stream
+//! starts, and the engines put the whole of a choice's routed experts on
+//! **one** event of the stream (vLLM `/inference/v1/generate`: the chunk on
+//! which routing becomes available, at stop, carries
+//! `choices[i].routed_experts`; SGLang: `meta_info.routed_experts` on the
+//! finished chunk of `/generate`, a separate `{"choices": [], "sglext":
+//! {"routed_experts": ...}}` event on chat and completions; sources in
+//! `docs/SPEC.md`, section 11). So a router can stream a stitched response:
+//! every event passes through as it came, and the one that carries rows is
+//! rewritten, its data replaced by the non-streaming bytes merge of that data
+//! with the prefill.
+//!
+//! [`StreamStitcher`] does that without doing any I/O, in the manner of
+//! `httparse`: the router feeds it each chunk of the decode's body as it
+//! arrives and sends on what it appends to `out`; [`StreamStitcher::finish`]
+//! ends the stream.
+//!
+//! ```
+//! use pd_stitch::{stream::StreamStitcher, Stitcher};
+//!
+//! let prefill = br#"{"choices": [{"routed_experts": {"data": "AQID", "shape": [1, 1, 3], "start": 0, "dtype": "uint8"}}]}"#;
+//! let mut stream = StreamStitcher::new(Stitcher::new(), prefill)?;
+//! let mut out = Vec::new();
+//! // A token chunk goes out as soon as its blank line has arrived.
+//! stream.feed(b"data: {\"choices\": [{\"index\": 0, \"token_ids\": [7]}]}\n", &mut out)?;
+//! assert!(out.is_empty());
+//! stream.feed(b"\n", &mut out)?;
+//! assert_eq!(out, b"data: {\"choices\": [{\"index\": 0, \"token_ids\": [7]}]}\n\n");
+//! // The chunk with the rows is held until it is complete, then rewritten.
+//! out.clear();
+//! stream.feed(b"data: {\"choices\": [{\"index\": 0, \"routed_experts\": {\"data\": \"AAAA", &mut out)?;
+//! stream.feed(b"BAUG\", \"shape\": [2, 1, 3], \"start\": 0, \"dtype\": \"uint8\"}}]}\n\ndata: [DONE]\n\n", &mut out)?;
+//! stream.finish(&mut out)?;
+//! assert_eq!(
+//!     out,
+//!     &b"data: {\"choices\": [{\"index\": 0, \"routed_experts\": {\"data\": \"AQIDBAUG\", \"shape\": [2,1,3], \"start\": 0, \"dtype\": \"uint8\"}}]}\n\ndata: [DONE]\n\n"[..]
+//! );
+//! # Ok::<(), pd_stitch::Error>(())
+//! ```
+//!
+//! # Framing
+//!
+//! The stream is read as the WHATWG HTML standard's event stream format
+//! ("Server-sent events", 9.2.5 and 9.2.6): lines end with `\r\n`, `\n` or
+//! `\r`, and may be split anywhere across chunks, a line end included; a
+//! blank line ends an event; a line starting with `:` is a comment; a field
+//! line is `name: value` (one space after the colon removed) or `name` alone;
+//! an event's data is the values of its `data` lines joined by `\n`; a
+//! leading byte-order mark is not part of the first line. Nothing is ever
+//! reordered, dropped or added: the bytes out are the bytes in, except the
+//! data of an event that carries rows.
+//!
+//! # Which event carries rows
+//!
+//! An event carries rows when its data is JSON (UTF-8 decoded as the
+//! standard decodes it, invalid bytes replaced) that has, as `serde_json`
+//! reads it (last of a repeated key, escaped keys unescaped), a non-null
+//! `choices[i].routed_experts`, a `choices[i].payload` with a segment of one
+//! of the stitcher's fields, or one of SGLang's slots: a non-null
+//! `meta_info.routed_experts`, `sglext.routed_experts` or
+//! `choices[0].sgl_ext.routed_experts` (of the data, or of each element when
+//! the data is an array). It is found by its keys, never by `finish_reason`.
+//! Only an event whose bytes contain `payload`, a `\u` escape, or a
+//! `routed_experts` that is not a member `"routed_experts": null`, can carry
+//! rows (a key that marks rows is spelled out or escaped), so every other
+//! event (a vLLM token chunk, with its `"routed_experts":null`) is passed on
+//! after memchr-class searches of its bytes, without being parsed.
+
+use memchr::memmem::Finder;
+use serde_json::Value;
+
+use crate::bytes::{self, Doc, ScannedValue};
+use crate::error::{Error, Side};
+use crate::fields::ROUTED_EXPERTS;
+use crate::handle::Keys;
+use crate::view::View;
+use crate::{Stitch, Stitcher};
+
+/// The UTF-8 byte-order mark, which the event stream's decoder strips.
+const BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// An incremental stitcher of one decode stream (server-sent events) with
+/// one prefill response: [`feed`](StreamStitcher::feed) it the decode's body
+/// chunk by chunk, [`finish`](StreamStitcher::finish) it at the end, and send
+/// on what each call appends to `out`.
+///
+/// - Every event that carries no rows (see the [module](self)) is appended
+///   to `out`, byte for byte as it came, by the call that delivers its blank
+///   line; bytes before the first event (a byte-order mark) and after a
+///   blank line's `\r` (its `\n`) go out as they arrive.
+/// - An event that carries rows is held until its blank line has arrived,
+///   then its data is merged with the prefill by
+///   [`Stitcher::merge_bytes`] (`Stitch::ForPd`) and written back as `data:`
+///   lines, its other lines and its line ends as they were.
+/// - What it holds at any time is at most the event being read (plus, while
+///   a rows event is stitched, that event's data and its merge), so memory is
+///   bounded by the largest event.
+/// - After an error it refuses every further call with
+///   [`Error::StreamClosed`]; what it appended until then is a prefix of what
+///   the whole stream would have given.
+#[derive(Debug)]
+pub struct StreamStitcher {
+    stitcher: Stitcher,
+    prefill: Vec<u8>,
+    /// The bytes of the event being read (its start not yet complete).
+    pending: Vec<u8>,
+    /// Where the line-end scan of `pending` stands.
+    scan: Scan,
+    /// Whether the stream's first bytes have been read past a byte-order
+    /// mark (or found not to start with one).
+    started: bool,
+    /// The last event ended with a `\r`: a `\n` right after it is the rest
+    /// of that line end.
+    after_blank_cr: bool,
+    /// The stream offset of the first byte not yet consumed into an event.
+    offset: u64,
+    /// How many events have been completed.
+    events: u64,
+    /// The rows already stitched: which slot, and the event it was on.
+    seen: Vec<(Slot, u64)>,
+    state: State,
+    finders: Finders,
+    /// Scratch for a rows event's data and its merge.
+    data: Vec<u8>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Open,
+    Failed,
+    Finished,
+}
+
+/// The scan of an event's bytes for the blank line that ends it.
+#[derive(Clone, Copy, Debug)]
+struct Scan {
+    /// Whether the next byte starts a line.
+    line_start: bool,
+    /// The last byte was a `\r` ending a (non-empty) line: a `\n` next
+    /// belongs to it.
+    after_cr: bool,
+}
+
+impl Scan {
+    const START: Scan = Scan {
+        line_start: true,
+        after_cr: false,
+    };
+}
+
+/// Where a choice's rows sit, to find a second rows event for the same one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Slot {
+    /// `choices[i]` (`routed_experts`, `payload`, `sgl_ext`), by the choice's
+    /// `index` (its position when it has no integer `index`).
+    Choice(u64),
+    /// SGLang's `meta_info` of `/generate`, by the output's `index` (0 when
+    /// it has none).
+    Generate(u64),
+    /// SGLang's response-level `sglext`, one per stream.
+    SglExt,
+}
+
+impl std::fmt::Display for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Slot::Choice(i) => write!(f, "choice {i}"),
+            Slot::Generate(i) => write!(f, "SGLang output {i} (meta_info)"),
+            Slot::SglExt => f.write_str("SGLang sglext"),
+        }
+    }
+}
+
+/// The prefilter's searchers, built once.
+struct Finders {
+    rows: Finder<'static>,
+    payload: Finder<'static>,
+    escape: Finder<'static>,
+}
+
+impl Finders {
+    fn new() -> Finders {
+        Finders {
+            rows: Finder::new(ROUTED_EXPERTS.as_bytes()),
+            payload: Finder::new(b"payload"),
+            escape: Finder::new(b"\\u"),
+        }
+    }
+
+    /// Where in `bytes` the first needle that [`Finders::may_carry_rows`]
+    /// would count starts (`bytes.len()` when none): a `payload`, a `\u`,
+    /// or a `routed_experts` that is not a null member. Each later search
+    /// stops at the earliest found so far; a needle that starts before that
+    /// point but ends after it is missed, which is harmless: any event that
+    /// ends at or before the returned point holds no needle whole.
+    fn next_suspect(&self, bytes: &[u8]) -> usize {
+        let first = self.payload.find(bytes).unwrap_or(bytes.len());
+        let first = self.escape.find(&bytes[..first]).unwrap_or(first);
+        let mut at = 0;
+        while let Some(k) = self.rows.find(&bytes[at..first]) {
+            let start = at + k;
+            at = start + ROUTED_EXPERTS.len();
+            if !null_member(&bytes[at..]) {
+                return start;
+            }
+        }
+        first
+    }
+
+    /// Whether `bytes` may be (part of) an event that carries rows: every
+    /// key that marks rows is `routed_experts` or `payload` spelled out, or
+    /// has an escape; and a `routed_experts` that ends a string followed by
+    /// `:` and `null` (spaces and tabs around the colon) is a member whose
+    /// value is null, which is no rows (vLLM writes `"routed_experts":null`
+    /// on every token chunk).
+    fn may_carry_rows(&self, bytes: &[u8]) -> bool {
+        if self.payload.find(bytes).is_some() || self.escape.find(bytes).is_some() {
+            return true;
+        }
+        let mut at = 0;
+        while let Some(k) = self.rows.find(&bytes[at..]) {
+            at += k + ROUTED_EXPERTS.len();
+            if !null_member(&bytes[at..]) {
+                return true;
+            }
+        }
+        false
+    }
+}
+
+/// Whether `rest`, which follows a `routed_experts`, starts with `"`, `:`
+/// and `null`, with spaces and tabs around the colon: that string ended
+/// there (its quote is not escaped: the byte before it is `s`), is a key,
+/// and its value is null. Line ends are not skipped: in an event's bytes
+/// they end a line, and what follows is another line's.
+fn null_member(rest: &[u8]) -> bool {
+    let blank = |b: &u8| *b == b' ' || *b == b'\t';
+    let Some(rest) = rest.strip_prefix(b"\"") else {
+        return false;
+    };
+    let rest = &rest[rest.iter().take_while(|b| blank(b)).count()..];
+    let Some(rest) = rest.strip_prefix(b":") else {
+        return false;
+    };
+    let rest = &rest[rest.iter().take_while(|b| blank(b)).count()..];
+    rest.starts_with(b"null")
+}
+
+impl std::fmt::Debug for Finders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Finders")
+    }
+}
+
+impl StreamStitcher {
+    /// A stitcher of one decode stream with `prefill`, the prefill's whole
+    /// (non-streamed) response body, merged as `stitcher` merges
+    /// (its fields, strict mode).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Json`] (side prefill) when `prefill` is not JSON.
+    pub fn new(stitcher: Stitcher, prefill: impl Into<Vec<u8>>) -> Result<StreamStitcher, Error> {
+        let prefill = prefill.into();
+        bytes::scan(Side::Prefill, &prefill)?;
+        Ok(StreamStitcher {
+            stitcher,
+            prefill,
+            pending: Vec::new(),
+            scan: Scan::START,
+            started: false,
+            after_blank_cr: false,
+            offset: 0,
+            events: 0,
+            seen: Vec::new(),
+            state: State::Open,
+            finders: Finders::new(),
+            data: Vec::new(),
+        })
+    }
+
+    /// Reads `chunk`, the next bytes of the decode's stream, and appends to
+    /// `out` what can be sent now: every event completed by `chunk`, in
+    /// order (a rows event stitched).
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::StreamEvent`]: an event that carries rows failed to stitch
+    ///   (the merge's error inside, at its place in the event's data).
+    /// - [`Error::StreamRowsRepeated`]: a second event with rows for a
+    ///   choice that already had them.
+    /// - [`Error::StreamUnstitched`]: an event carries rows the merge does
+    ///   not stitch.
+    /// - [`Error::StreamClosed`]: the stitcher failed before, or was
+    ///   finished.
+    ///
+    /// On error nothing of the failing event has been appended; events
+    /// before it in `chunk` have been.
+    pub fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) -> Result<(), Error> {
+        self.check_open()?;
+        let result = self.feed_open(chunk, out);
+        if result.is_err() {
+            self.fail();
+        }
+        result
+    }
+
+    /// Ends the stream: appends to `out` the bytes of an event the stream
+    /// ended inside of (the standard discards such an event; the bytes are
+    /// passed on as they came), and refuses further input.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::StreamUnfinished`]: the stream ended inside an event that
+    ///   may carry rows (by the prefilter of the [module](self)): the rows
+    ///   could not be stitched. Nothing of it is appended.
+    /// - [`Error::StreamClosed`]: the stitcher failed before, or was
+    ///   finished.
+    pub fn finish(&mut self, out: &mut Vec<u8>) -> Result<(), Error> {
+        self.check_open()?;
+        if self.finders.may_carry_rows(&self.pending) {
+            let err = Error::StreamUnfinished {
+                offset: self.offset,
+                len: self.pending.len() as u64,
+            };
+            self.fail();
+            return Err(err);
+        }
+        out.extend_from_slice(&self.pending);
+        self.offset += self.pending.len() as u64;
+        self.pending.clear();
+        self.state = State::Finished;
+        Ok(())
+    }
+
+    /// How many bytes the stitcher holds: those of the event it is reading.
+    pub fn buffered(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// The capacity of the stitcher's buffers, in bytes: what it keeps
+    /// allocated, bounded by a small multiple of the largest event it has
+    /// read (and the prefill, which it keeps).
+    pub fn capacity(&self) -> usize {
+        self.pending.capacity() + self.data.capacity() + self.prefill.capacity()
+    }
+
+    /// How many events have been completed so far.
+    pub fn events(&self) -> u64 {
+        self.events
+    }
+
+    fn check_open(&self) -> Result<(), Error> {
+        match self.state {
+            State::Open => Ok(()),
+            State::Failed => Err(Error::StreamClosed { failed: true }),
+            State::Finished => Err(Error::StreamClosed { failed: false }),
+        }
+    }
+
+    fn fail(&mut self) {
+        self.state = State::Failed;
+        self.pending = Vec::new();
+        self.data = Vec::new();
+    }
+
+    fn feed_open(&mut self, mut input: &[u8], out: &mut Vec<u8>) -> Result<(), Error> {
+        if !self.started {
+            // A byte-order mark, which may arrive a byte at a time, is
+            // passed on before the first event: it is not part of its line.
+            let have = self.pending.len();
+            let take = (BOM.len() - have).min(input.len());
+            self.pending.extend_from_slice(&input[..take]);
+            if BOM.starts_with(&self.pending) {
+                if self.pending.len() < BOM.len() {
+                    return Ok(());
+                }
+                out.extend_from_slice(BOM);
+                self.offset += BOM.len() as u64;
+                self.pending.clear();
+                input = &input[take..];
+            } else {
+                // Not a mark: these bytes start the first event (none of
+                // them ends a line).
+                self.pending.truncate(have);
+                if have > 0 {
+                    self.scan.line_start = false;
+                }
+            }
+            self.started = true;
+        }
+        // Where in `input` the first needle of the prefilter that may mark
+        // rows starts: every event that ends at or before it holds none, and
+        // is passed on without a search of its own (one search per needle
+        // over the chunk, not one per event).
+        let mut suspect = self.finders.next_suspect(input);
+        loop {
+            if self.after_blank_cr {
+                match input.first() {
+                    None => return Ok(()),
+                    Some(b'\n') => {
+                        out.push(b'\n');
+                        self.offset += 1;
+                        input = &input[1..];
+                        suspect = suspect.saturating_sub(1);
+                    }
+                    Some(_) => {}
+                }
+                self.after_blank_cr = false;
+            }
+            if input.is_empty() {
+                return Ok(());
+            }
+            if self.pending.is_empty() {
+                // An event starting in `input`: when it also ends there, it
+                // is read (and, without rows, copied) where it is.
+                let mut scan = Scan::START;
+                match find_end(input, &mut scan) {
+                    Some(end) => {
+                        // A needle that starts inside the event lies in it
+                        // whole (no needle holds a line-end byte, and the
+                        // event ends with one), so the event passes the
+                        // prefilter without a search of its own either way.
+                        self.event(&input[..end], Some(end > suspect), out)?;
+                        input = &input[end..];
+                        suspect = if end <= suspect {
+                            suspect - end
+                        } else {
+                            self.finders.next_suspect(input)
+                        };
+                    }
+                    None => {
+                        self.pending.extend_from_slice(input);
+                        self.scan = scan;
+                        return Ok(());
+                    }
+                }
+            } else {
+                let mut scan = self.scan;
+                match find_end(input, &mut scan) {
+                    Some(end) => {
+                        self.pending.extend_from_slice(&input[..end]);
+                        input = &input[end..];
+                        let event = std::mem::take(&mut self.pending);
+                        let result = self.event(&event, None, out);
+                        self.pending = event;
+                        self.pending.clear();
+                        self.scan = Scan::START;
+                        result?;
+                        suspect = self.finders.next_suspect(input);
+                    }
+                    None => {
+                        self.pending.extend_from_slice(input);
+                        self.scan = scan;
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    /// One complete event (its blank line's first line-end byte included):
+    /// appended as it is, or stitched. `suspect` is the prefilter's answer,
+    /// when it is known already.
+    fn event(
+        &mut self,
+        event: &[u8],
+        suspect: Option<bool>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), Error> {
+        let number = self.events;
+        let offset = self.offset;
+        let suspect = suspect.unwrap_or_else(|| self.finders.may_carry_rows(event));
+        if suspect {
+            self.stitch_event(event, number, offset, out)?;
+        } else {
+            out.extend_from_slice(event);
+        }
+        self.after_blank_cr = event.last() == Some(&b'\r');
+        self.events += 1;
+        self.offset += event.len() as u64;
+        Ok(())
+    }
+
+    /// An event that may carry rows: parsed, and stitched when it does.
+    fn stitch_event(
+        &mut self,
+        event: &[u8],
+        number: u64,
+        offset: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<(), Error> {
+        let mut data = std::mem::take(&mut self.data);
+        let result = self.stitch_with(event, number, offset, &mut data, out);
+        data.clear();
+        self.data = data;
+        result
+    }
+
+    fn stitch_with(
+        &mut self,
+        event: &[u8],
+        number: u64,
+        offset: u64,
+        data: &mut Vec<u8>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), Error> {
+        data.clear();
+        // One data line (the usual event): its value is the data, read where
+        // it is; otherwise the lines' values joined.
+        let Some(joined) = event_data(event, data) else {
+            out.extend_from_slice(event);
+            return Ok(());
+        };
+        let joined: &[u8] = match joined {
+            Some(value) => value,
+            None => data,
+        };
+        // The scanner accepts UTF-8 only; other bytes are read as the
+        // standard's decoder reads them, replaced.
+        let lossy;
+        let text = if std::str::from_utf8(joined).is_ok() {
+            joined
+        } else {
+            lossy = String::from_utf8_lossy(joined).into_owned();
+            lossy.as_bytes()
+        };
+        let Ok(doc) = Doc::scan(text) else {
+            out.extend_from_slice(event);
+            return Ok(());
+        };
+        let fields: Vec<&str> = self.stitcher.fields().collect();
+        let slots = rows_slots(&fields, &doc);
+        if slots.is_empty() {
+            out.extend_from_slice(event);
+            return Ok(());
+        }
+        for &slot in &slots {
+            if let Some(&(_, first)) = self.seen.iter().find(|(s, _)| *s == slot) {
+                return Err(Error::StreamRowsRepeated {
+                    event: number,
+                    offset,
+                    first_event: first,
+                    slot: slot.to_string(),
+                });
+            }
+        }
+        let merged = bytes::merge_doc_with(
+            self.stitcher.spec(Stitch::ForPd),
+            &self.prefill,
+            &doc,
+            |stitched| {
+                let mut merged = vec![0; stitched.len()];
+                stitched.write_into(&mut merged);
+                merged
+            },
+        )
+        .map_err(|error| Error::StreamEvent {
+            event: number,
+            offset,
+            error: Box::new(error),
+        })?;
+        let Some(merged) = merged else {
+            return Err(Error::StreamUnstitched {
+                event: number,
+                offset,
+            });
+        };
+        reframe(event, &merged, out);
+        self.seen
+            .extend(slots.into_iter().map(|slot| (slot, number)));
+        Ok(())
+    }
+}
+
+/// Scans `bytes` from where `scan` stands for the blank line that ends the
+/// event: `Some(end)`, one past that line's first line-end byte, or `None`
+/// when `bytes` ends first (`scan` then says where the scan stands).
+fn find_end(bytes: &[u8], scan: &mut Scan) -> Option<usize> {
+    let mut at = 0;
+    loop {
+        if scan.after_cr {
+            // `at` follows a `\r` that ended a non-empty line (an empty one
+            // ended the event): a `\n` here is the rest of its line end.
+            if at == bytes.len() {
+                return None;
+            }
+            if bytes[at] == b'\n' {
+                at += 1;
+            }
+            scan.after_cr = false;
+            scan.line_start = true;
+        }
+        match memchr::memchr2(b'\n', b'\r', &bytes[at..]) {
+            None => {
+                if at < bytes.len() {
+                    scan.line_start = false;
+                }
+                return None;
+            }
+            Some(k) => {
+                let empty = scan.line_start && k == 0;
+                let end = at + k + 1;
+                if empty {
+                    return Some(end);
+                }
+                if bytes[at + k] == b'\r' {
+                    scan.after_cr = true;
+                } else {
+                    scan.line_start = true;
+                }
+                at = end;
+            }
+        }
+    }
+}
+
+/// One line of an event: its bytes up to its line end, and the line end.
+struct Line<'e> {
+    text: &'e [u8],
+    end: &'e [u8],
+}
+
+/// The lines of a complete event, its final blank line's included.
+fn lines(event: &[u8]) -> impl Iterator<Item = Line<'_>> {
+    let mut rest = event;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let (text_len, end_len) = match memchr::memchr2(b'\n', b'\r', rest) {
+            None => (rest.len(), 0),
+            Some(k) if rest[k] == b'\r' && rest.get(k + 1) == Some(&b'\n') => (k, 2),
+            Some(k) => (k, 1),
+        };
+        let line = Line {
+            text: &rest[..text_len],
+            end: &rest[text_len..text_len + end_len],
+        };
+        rest = &rest[text_len + end_len..];
+        Some(line)
+    })
+}
+
+/// A field line's name and value (one leading space of the value removed);
+/// `None` for a comment or a blank line.
+fn field(line: &[u8]) -> Option<(&[u8], &[u8])> {
+    if line.is_empty() || line[0] == b':' {
+        return None;
+    }
+    Some(match memchr::memchr(b':', line) {
+        None => (line, &[][..]),
+        Some(k) => {
+            let value = &line[k + 1..];
+            (&line[..k], value.strip_prefix(b" ").unwrap_or(value))
+        }
+    })
+}
+
+/// The event's data, as the standard builds it: the values of its `data`
+/// lines, each followed by `\n`, the last `\n` removed. `None` when the
+/// event has no `data` line (it dispatches nothing); `Some(Some(value))`
+/// when it has one, whose value is the data; `Some(None)` when it has
+/// several, their data written into `data`.
+fn event_data<'e>(event: &'e [u8], data: &mut Vec<u8>) -> Option<Option<&'e [u8]>> {
+    let mut values = lines(event).filter_map(|line| match field(line.text) {
+        Some((b"data", value)) => Some(value),
+        _ => None,
+    });
+    let first = values.next()?;
+    let Some(second) = values.next() else {
+        return Some(Some(first));
+    };
+    for value in [first, second].into_iter().chain(values) {
+        data.extend_from_slice(value);
+        data.push(b'\n');
+    }
+    data.pop();
+    Some(None)
+}
+
+/// The rows slots of an event's data (scanned as `doc`): empty
+/// when it carries no rows.
+fn rows_slots(fields: &[&str], doc: &Doc<'_>) -> Vec<Slot> {
+    let root = ScannedValue::root(doc);
+    let mut slots = Vec::new();
+    // vLLM's inline rows and rows by handle, read from the scanner's index.
+    if let Some(choices) = root.get("choices").and_then(View::elements) {
+        for (i, choice) in choices.enumerate() {
+            let inline = choice
+                .get(ROUTED_EXPERTS)
+                .is_some_and(|rows| !rows.is_null());
+            let by_handle = choice
+                .get("payload")
+                .and_then(View::elements)
+                .is_some_and(|mut items| items.any(|item| Keys::stitched(fields, item).is_some()));
+            if inline || by_handle {
+                slots.push(Slot::Choice(choice_index(choice, i)));
+            }
+        }
+    }
+    // SGLang's slots lie one level deeper than the scanner indexes: the
+    // member that holds one is scanned on its own (only when it is there).
+    sglang_slots(root, &mut slots);
+    slots
+}
+
+/// A choice's `index` when it is an integer, else its position.
+fn choice_index<'a, V: View<'a>>(choice: V, position: usize) -> u64 {
+    choice
+        .get("index")
+        .and_then(View::as_u64)
+        .unwrap_or(position as u64)
+}
+
+/// Whether `object` (a recorded value) is an object with a non-null
+/// `routed_experts`, read by scanning its text.
+fn has_rows_member(object: Option<ScannedValue<'_>>) -> bool {
+    let Some(object) = object.filter(|o| o.kind() == crate::view::Kind::Object) else {
+        return false;
+    };
+    Doc::scan(object.text()).is_ok_and(|doc| {
+        ScannedValue::root(&doc)
+            .get(ROUTED_EXPERTS)
+            .is_some_and(|rows| !rows.is_null())
+    })
+}
+
+/// SGLang's rows slots of the data `root`: `meta_info` (by the output's
+/// `index`), `sglext`, and `choices[0].sgl_ext`; of each element, when the
+/// data is an array.
+fn sglang_slots(root: ScannedValue<'_>, slots: &mut Vec<Slot>) {
+    if root.kind() == crate::view::Kind::Array {
+        // The scanner does not index an array's elements (SGLang answers a
+        // batch with one; it streams objects): read as a tree.
+        let items = serde_json::from_slice::<Vec<Value>>(root.text()).unwrap_or_default();
+        let has_rows = |v: Option<&Value>| {
+            v.and_then(|v| v.get(ROUTED_EXPERTS))
+                .is_some_and(|r| !r.is_null())
+        };
+        for (k, item) in (0..).zip(&items) {
+            if has_rows(item.get("meta_info")) {
+                let index = item.get("index").and_then(Value::as_u64).unwrap_or(k);
+                slots.push(Slot::Generate(index));
+            }
+            if has_rows(item.get("sglext")) {
+                slots.push(Slot::SglExt);
+            }
+            let first = item.get("choices").and_then(|c| c.get(0));
+            if has_rows(first.and_then(|c| c.get("sgl_ext"))) {
+                let index = first
+                    .and_then(|c| c.get("index"))
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0);
+                slots.push(Slot::Choice(index));
+            }
+        }
+        return;
+    }
+    if has_rows_member(root.get("meta_info")) {
+        let index = root.get("index").and_then(View::as_u64).unwrap_or(0);
+        slots.push(Slot::Generate(index));
+    }
+    if has_rows_member(root.get("sglext")) {
+        slots.push(Slot::SglExt);
+    }
+    if let Some(first) = root.get("choices").and_then(|c| c.index(0)) {
+        if has_rows_member(first.get("sgl_ext")) {
+            let slot = Slot::Choice(choice_index(first, 0));
+            if !slots.contains(&slot) {
+                slots.push(slot);
+            }
+        }
+    }
+}
+
+/// Writes `event` to `out` with its data replaced by `merged`: the merged
+/// text split at its line breaks (JSON whitespace, so a CR or CRLF in it
+/// becomes a line end, read back as `\n`) into pieces; the event's `k`-th
+/// `data` line, but the last, gets piece `k` (while more than one piece is
+/// left) with that line's `data:` or `data: ` and line end, and the last
+/// data line gets the pieces left, each with its prefix and line end (so the
+/// line before the next field or the blank line ends as it did); data lines
+/// beyond the pieces are left out; every other line is as it was.
+fn reframe(event: &[u8], merged: &[u8], out: &mut Vec<u8>) {
+    let pieces: Vec<&[u8]> = lines(merged).map(|line| line.text).collect();
+    let data_lines = lines(event)
+        .filter(|line| matches!(field(line.text), Some((b"data", _))))
+        .count();
+    let mut next = 0;
+    let mut seen = 0;
+    for line in lines(event) {
+        if !matches!(field(line.text), Some((b"data", _))) {
+            out.extend_from_slice(line.text);
+            out.extend_from_slice(line.end);
+            continue;
+        }
+        seen += 1;
+        let last = seen == data_lines;
+        let prefix = data_prefix(line.text);
+        while next < pieces.len() && (last || next + 1 < pieces.len()) {
+            let piece = pieces[next];
+            next += 1;
+            out.extend_from_slice(prefix);
+            if !prefix.ends_with(b" ") && piece.first() == Some(&b' ') {
+                out.push(b' ');
+            }
+            out.extend_from_slice(piece);
+            out.extend_from_slice(line.end);
+            if !last {
+                break;
+            }
+        }
+    }
+}
+
+/// The `data:` or `data: ` that starts a data line (`data:` for a line that
+/// is the bare name).
+fn data_prefix(line: &[u8]) -> &[u8] {
+    match line.get(4) {
+        Some(b':') if line.get(5) == Some(&b' ') => &line[..6],
+        Some(b':') => &line[..5],
+        _ => b"data:",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ends(bytes: &[u8]) -> Vec<usize> {
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at < bytes.len() {
+            let mut scan = Scan::START;
+            match find_end(&bytes[at..], &mut scan) {
+                Some(end) => {
+                    at += end;
+                    out.push(at);
+                    // The `\n` of a blank line's `\r\n` follows its event.
+                    if bytes[at - 1] == b'\r' && bytes.get(at) == Some(&b'\n') {
+                        at += 1;
+                    }
+                }
+                None => break,
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn blank_lines_end_events_with_every_line_end() {
+        assert_eq!(ends(b"data: a\n\ndata: b\n\n"), [9, 18]);
+        assert_eq!(ends(b"data: a\r\n\r\n"), [10]);
+        assert_eq!(ends(b"data: a\r\rdata: b\r\r"), [9, 18]);
+        assert_eq!(ends(b"data: a\r\n\n"), [10]);
+        assert_eq!(ends(b"\n"), [1]);
+        assert_eq!(ends(b"data: a\n"), Vec::<usize>::new());
+        // A `\r\n` is one line end, not a line and a blank one.
+        assert_eq!(ends(b"data: a\r\ndata: b\n"), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn only_null_routed_experts_members_are_passed_unparsed() {
+        let f = Finders::new();
+        for none in [
+            &b"data: {\"routed_experts\":null}"[..],
+            b"data: {\"routed_experts\" \t:  null, \"routed_experts\":null}",
+            b"data: [DONE]",
+        ] {
+            assert!(!f.may_carry_rows(none), "{}", String::from_utf8_lossy(none));
+        }
+        for some in [
+            &b"data: {\"routed_experts\":\"AAAA\"}"[..],
+            b"data: {\"routed_experts\":null, \"routed_experts\": \"AA\"}",
+            b"data: {\"routed_experts\"\n:null}",
+            b"data: {\"routed_experts\"",
+            b"data: {\"x\": \"routed_experts\", \"y\": 1}",
+            b"data: {\"payload\": []}",
+            b"data: {\"\\u0070ayload\": []}",
+        ] {
+            assert!(f.may_carry_rows(some), "{}", String::from_utf8_lossy(some));
+        }
+    }
+
+    #[test]
+    fn data_is_the_data_lines_joined() {
+        let mut data = Vec::new();
+        let joined = event_data(b": c\ndata: a\r\nevent: x\rdata:b\ndata\n\n", &mut data);
+        assert_eq!(joined, Some(None));
+        assert_eq!(data, b"a\nb\n");
+        data.clear();
+        assert_eq!(event_data(b"event: x\n\n", &mut data), None);
+        let one = event_data(b"data:  two spaces\n\n", &mut data);
+        assert_eq!(one, Some(Some(&b" two spaces"[..])));
+        assert_eq!(event_data(b"data\r\r", &mut data), Some(Some(&b""[..])));
+        assert!(data.is_empty());
+    }
+}
+
+#[cfg(test)]
+mod null_member_event {
+    use super::*;
+
+    #[test]
+    fn a_null_rows_member_passes() {
+        let mut s = StreamStitcher::new(Stitcher::new(), &b"{\"choices\": [{}]}"[..]).unwrap();
+        let mut out = Vec::new();
+        let event = b"data: {\"choices\": [{\"routed_experts\": null}]}\n\n";
+        s.feed(event, &mut out).unwrap();
+        assert_eq!(out, event);
+    }
+}

@@ -1,0 +1,400 @@
+//! `pd_stitch::stream`: the laws of SPEC section 11 (SL1-SL4) over generated
+//! decode streams of every framing, cut into random chunks, and every error
+//! path. The event reader that judges the output is
+//! `pd_stitch::testing::stream::events`, written apart from the stitcher (a
+//! byte at a time).
+
+use pd_stitch::stream::StreamStitcher;
+use pd_stitch::testing::stream::{events, streams, verify_streamed, Framing, StreamCase};
+use pd_stitch::testing::Knobs;
+use pd_stitch::{Error, ErrorKind, Stitch, Stitcher};
+use proptest::prelude::*;
+
+fn knobs() -> Knobs {
+    Knobs {
+        prompt: 1..=24,
+        completion: 1..=16,
+        choices: 1..=3,
+        ..Knobs::default()
+    }
+}
+
+/// Feeds `chunks` and finishes: the output, or the error with what was
+/// output before it.
+fn run<'a>(
+    prefill: &[u8],
+    chunks: impl IntoIterator<Item = &'a [u8]>,
+) -> (Vec<u8>, Result<(), Error>) {
+    let mut stitcher = match StreamStitcher::new(Stitcher::new(), prefill.to_vec()) {
+        Ok(s) => s,
+        Err(err) => return (Vec::new(), Err(err)),
+    };
+    let mut out = Vec::new();
+    for chunk in chunks {
+        if let Err(err) = stitcher.feed(chunk, &mut out) {
+            return (out, Err(err));
+        }
+    }
+    let result = stitcher.finish(&mut out);
+    (out, result)
+}
+
+/// The stream fed whole.
+fn whole(case: &StreamCase) -> Vec<u8> {
+    let (out, result) = run(&case.prefill_body, [&case.stream[..]]);
+    assert_eq!(result, Ok(()));
+    out
+}
+
+/// `merged` with every CR LF and lone CR made LF: how a merged text's line
+/// breaks read back from `data:` lines.
+fn lf(merged: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < merged.len() {
+        if merged[i] == b'\r' {
+            out.push(b'\n');
+            if merged.get(i + 1) == Some(&b'\n') {
+                i += 1;
+            }
+        } else {
+            out.push(merged[i]);
+        }
+        i += 1;
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(crate::support::config("stream"))]
+
+    /// SL1: every split of the stream into chunks (sizes 1 to the whole)
+    /// gives the same output; and one byte at a time too.
+    #[test]
+    fn sl1_every_chunking_gives_the_same_output(case in streams(knobs(), Framing::default())) {
+        let expected = whole(&case);
+        let (out, result) = run(&case.prefill_body, case.chunks());
+        prop_assert_eq!(result, Ok(()));
+        prop_assert_eq!(&out, &expected);
+        let (bytewise, result) = run(&case.prefill_body, case.stream.chunks(1));
+        prop_assert_eq!(result, Ok(()));
+        prop_assert_eq!(&bytewise, &expected);
+    }
+
+    /// SL2: the output is the input with only the rows events' data replaced
+    /// by the non-streaming bytes merge of that data (its line breaks read
+    /// back as LF); the rows gathered back equal the colocated truth.
+    #[test]
+    fn sl2_only_the_rows_events_data_changes(case in streams(knobs(), Framing::default())) {
+        let out = whole(&case);
+        let (want, want_loose) = events(&case.stream);
+        let (got, got_loose) = events(&out);
+        prop_assert_eq!(want.len(), got.len());
+        prop_assert_eq!(want_loose.len(), got_loose.len());
+        for (w, g) in want_loose.iter().zip(&got_loose) {
+            prop_assert_eq!(&case.stream[w.clone()], &out[g.clone()]);
+        }
+        for (k, (w, g)) in want.iter().zip(&got).enumerate() {
+            if case.rows_events.contains(&k) {
+                let mut merged = w.data.clone().unwrap_or_default();
+                prop_assert_eq!(
+                    Stitcher::new().merge_bytes(&case.prefill_body, &mut merged, Stitch::ForPd),
+                    Ok(true)
+                );
+                prop_assert_eq!(g.data.clone(), Some(lf(&merged)), "event {}", k);
+                prop_assert_eq!(&w.other_lines, &g.other_lines);
+            } else {
+                prop_assert_eq!(&case.stream[w.raw.clone()], &out[g.raw.clone()], "event {}", k);
+            }
+        }
+        // Nothing else: the events and the loose bytes tile the output.
+        let covered: usize = got.iter().map(|e| e.raw.len()).sum::<usize>()
+            + got_loose.iter().map(|r| r.len()).sum::<usize>();
+        prop_assert_eq!(covered, out.len());
+        verify_streamed(&case, &out)?;
+    }
+
+    /// SL3: once a complete event has been fed (its blank line's first
+    /// line-end byte), it has been emitted, with every event before it.
+    #[test]
+    fn sl3_a_complete_event_has_been_emitted(case in streams(knobs(), Framing::default())) {
+        let out = whole(&case);
+        let (want, _) = events(&case.stream);
+        let (got, _) = events(&out);
+        for (w, g) in want.iter().zip(&got) {
+            let fed = &case.stream[..w.raw.end];
+            let mut stitcher = StreamStitcher::new(Stitcher::new(), case.prefill_body.clone()).unwrap();
+            let mut early = Vec::new();
+            let cuts: Vec<usize> = case.cuts.iter().copied().filter(|&c| c < fed.len()).collect();
+            let mut from = 0;
+            for cut in cuts.into_iter().chain([fed.len()]) {
+                stitcher.feed(&fed[from..cut], &mut early).unwrap();
+                from = cut;
+            }
+            prop_assert_eq!(&early[..], &out[..g.raw.end]);
+        }
+    }
+
+    /// SL4: an error leaves what was emitted a prefix of what the stream up
+    /// to the failing event gives, and every later call is refused.
+    #[test]
+    fn sl4_an_error_leaves_a_prefix(
+        case in streams(knobs(), Framing::default()),
+        fault in 0..3usize,
+        pick in any::<prop::sample::Index>(),
+    ) {
+        let (want, _) = events(&case.stream);
+        let k = case.rows_events[pick.index(case.rows_events.len())];
+        let event = want[k].raw.clone();
+        let mut stream = case.stream.clone();
+        let (expect_kind, failing_start) = match fault {
+            // Rows that do not stitch: a prefill without rows.
+            0 => {
+                let first = want[case.rows_events[0]].raw.start;
+                let (out, result) = run(b"{\"choices\": [{}]}", stream.chunks(7));
+                match result {
+                    Err(Error::StreamEvent { error, .. }) => {
+                        prop_assert_eq!(error.kind(), ErrorKind::MissingPrefillField);
+                    }
+                    other => prop_assert!(false, "{:?}", other),
+                }
+                prop_assert_eq!(&out[..], &stream[..first]);
+                return Ok(());
+            }
+            // The same rows event twice.
+            1 => {
+                let copy = stream[event.clone()].to_vec();
+                let after = if stream[event.end - 1] == b'\r' && stream.get(event.end) == Some(&b'\n') {
+                    event.end + 1
+                } else {
+                    event.end
+                };
+                stream.splice(after..after, copy);
+                (ErrorKind::StreamRowsRepeated, after)
+            }
+            // The stream cut inside the rows event.
+            _ => {
+                stream.truncate(event.end - 1);
+                (ErrorKind::StreamUnfinished, event.start)
+            }
+        };
+        let (out, result) = run(&case.prefill_body, stream.chunks(7));
+        prop_assert_eq!(result.as_ref().map_err(Error::kind), Err(expect_kind));
+        let (good, ok) = run(&case.prefill_body, [&stream[..failing_start]]);
+        prop_assert_eq!(ok, Ok(()));
+        prop_assert!(good.starts_with(&out), "emitted output is not a prefix");
+        // Refused after the error.
+        let mut stitcher = StreamStitcher::new(Stitcher::new(), case.prefill_body.clone()).unwrap();
+        let mut sink = Vec::new();
+        let mut failed = false;
+        for chunk in stream.chunks(7) {
+            if stitcher.feed(chunk, &mut sink).is_err() {
+                failed = true;
+                break;
+            }
+        }
+        if !failed {
+            prop_assert!(stitcher.finish(&mut sink).is_err());
+        }
+        let refused = stitcher.feed(b"data: x\n\n", &mut sink);
+        prop_assert!(matches!(refused, Err(Error::StreamClosed { failed: true, .. })), "{:?}", refused);
+    }
+}
+
+fn prefill() -> Vec<u8> {
+    br#"{"choices": [{"routed_experts": {"data": "AQID", "shape": [1, 1, 3], "start": 0, "dtype": "uint8"}}]}"#.to_vec()
+}
+
+const ROWS: &[u8] = br#"data: {"choices": [{"index": 0, "routed_experts": {"data": "AAAABAUG", "shape": [2, 1, 3], "start": 0, "dtype": "uint8"}}]}"#;
+
+#[test]
+fn a_prefill_that_is_not_json_is_refused_at_construction() {
+    let err = StreamStitcher::new(Stitcher::new(), b"{\"choices\": [".to_vec()).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Json);
+    assert!(
+        err.to_string()
+            .starts_with("prefill response: invalid JSON"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_rows_event_that_fails_names_the_event_and_the_inner_error() {
+    let mut stitcher = StreamStitcher::new(Stitcher::new(), prefill()).unwrap();
+    let mut out = Vec::new();
+    stitcher
+        .feed(b"data: {\"choices\": [{\"index\": 0}]}\n\n", &mut out)
+        .unwrap();
+    let bad = br#"data: {"choices": [{"index": 0, "routed_experts": {"data": "AAA*", "shape": [1, 1, 3], "start": 0, "dtype": "uint8"}}]}"#;
+    let mut event = bad.to_vec();
+    event.extend_from_slice(b"\n\n");
+    let err = stitcher.feed(&event, &mut out).unwrap_err();
+    match &err {
+        Error::StreamEvent {
+            event,
+            offset,
+            error,
+            ..
+        } => {
+            assert_eq!((*event, *offset), (1, 35));
+            assert_eq!(error.kind(), ErrorKind::Base64);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(err.kind(), ErrorKind::StreamEvent);
+    assert_eq!(
+        err.location().to_string(),
+        "decode choices[0].routed_experts.data"
+    );
+    assert!(
+        err.to_string().starts_with(
+            "stream event 1 (at byte 35): decode choices[0].routed_experts.data: invalid base64"
+        ),
+        "{err}"
+    );
+    assert_eq!(out, b"data: {\"choices\": [{\"index\": 0}]}\n\n");
+    assert!(matches!(
+        stitcher.finish(&mut out),
+        Err(Error::StreamClosed { failed: true, .. })
+    ));
+}
+
+#[test]
+fn two_rows_events_for_one_choice_are_refused() {
+    let mut stitcher = StreamStitcher::new(Stitcher::new(), prefill()).unwrap();
+    let mut out = Vec::new();
+    let mut two = ROWS.to_vec();
+    two.extend_from_slice(b"\n\n");
+    let len = two.len();
+    two.extend_from_slice(&two.clone());
+    let err = stitcher.feed(&two, &mut out).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::StreamRowsRepeated);
+    assert_eq!(
+        err.to_string(),
+        format!("stream event 1 (at byte {len}): rows for choice 0 again (event 0 had them); a choice's rows come on one event")
+    );
+    // The first went out, stitched (its shape written `[2,1,3]`).
+    assert!(out.starts_with(
+        b"data: {\"choices\": [{\"index\": 0, \"routed_experts\": {\"data\": \"AQIDBAUG\""
+    ));
+    assert_eq!(out.len(), len - 2);
+}
+
+#[test]
+fn a_stream_that_ends_inside_a_rows_event_is_an_error_and_other_ends_pass() {
+    let mut stitcher = StreamStitcher::new(Stitcher::new(), prefill()).unwrap();
+    let mut out = Vec::new();
+    stitcher.feed(b"data: [DONE]\n\n", &mut out).unwrap();
+    stitcher.feed(&ROWS[..60], &mut out).unwrap();
+    assert_eq!(stitcher.buffered(), 60);
+    let err = stitcher.finish(&mut out).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::StreamUnfinished {
+                offset: 14,
+                len: 60,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(out, b"data: [DONE]\n\n");
+    // An unfinished event that cannot carry rows goes out as it came.
+    let mut stitcher = StreamStitcher::new(Stitcher::new(), prefill()).unwrap();
+    let mut out = Vec::new();
+    stitcher.feed(b"data: [DONE]\n", &mut out).unwrap();
+    assert!(out.is_empty());
+    stitcher.finish(&mut out).unwrap();
+    assert_eq!(out, b"data: [DONE]\n");
+    assert!(matches!(
+        stitcher.feed(b"x", &mut out),
+        Err(Error::StreamClosed { failed: false, .. })
+    ));
+}
+
+#[test]
+fn sglang_rows_are_found_by_their_keys() {
+    // SGLang's /generate finished chunk, and chat's sglext event: rows, so
+    // they are never passed on unstitched.
+    let prefill = br#"{"text": "a", "meta_info": {"prompt_tokens": 2, "completion_tokens": 1, "routed_experts": "AQAAAA=="}}"#;
+    for event in [
+        &br#"data: {"text": "b", "meta_info": {"prompt_tokens": 2, "completion_tokens": 2, "routed_experts": "AQAAAAIAAAA="}}"#[..],
+        &br#"data: {"choices": [], "sglext": {"routed_experts": "AQAAAAIAAAA="}}"#[..],
+        &br#"data: {"choices": [{"index": 0, "sgl_ext": {"routed_experts": "AQAAAAIAAAA="}}]}"#[..],
+        &br#"data: {"choices": [], "sgl\u0065xt": {"routed_experts": "AQAAAAIAAAA="}}"#[..],
+    ] {
+        let mut stitcher = StreamStitcher::new(Stitcher::new(), prefill.to_vec()).unwrap();
+        let mut out = Vec::new();
+        let mut bytes = event.to_vec();
+        bytes.extend_from_slice(b"\n\n");
+        let err = stitcher.feed(&bytes, &mut out).unwrap_err();
+        assert!(
+            matches!(err.kind(), ErrorKind::StreamUnstitched | ErrorKind::StreamEvent),
+            "{err}"
+        );
+        assert!(out.is_empty());
+    }
+}
+
+#[test]
+fn events_without_rows_are_never_merged() {
+    // A choice without rows would get the prefill's segments from the merge,
+    // or fail MissingDecodeRows: such events pass as they came, however
+    // their keys are spelled.
+    let prefill = br#"{"choices": [{"payload": [{"field": "routed_experts", "file": "p", "offset": 0, "pos": 0, "rows": 1, "dtype": "uint8", "shape": [1]}]}]}"#;
+    let stream: &[u8] = b"data: {\"choices\": [{\"index\": 0, \"payload\": []}]}\n\n\
+data: {\"choices\": [{\"index\": 0, \"text\": \"routed_experts \\u00e9\", \"routed_experts\": null}]}\n\n\
+data: {\"choices\": [{\"index\": 0, \"payload\": [{\"field\": \"sampling_mask\"}]}]}\n\n\
+data: not json, payload\n\n\
+event: payload\n\n";
+    let (out, result) = run(prefill, [stream]);
+    assert_eq!(result, Ok(()));
+    assert_eq!(out, stream);
+    // An escaped key is still the key: this one carries rows.
+    let escaped: &[u8] = b"data: {\"choices\": [{\"index\": 0, \"pay\\u006coad\": [{\"field\": \"routed_experts\", \"file\": \"d\", \"offset\": 0, \"pos\": 0, \"rows\": 2, \"dtype\": \"uint8\", \"shape\": [1]}]}]}\n\n";
+    let (out, result) = run(prefill, [escaped]);
+    assert_eq!(result, Ok(()));
+    assert_ne!(out, escaped);
+    assert!(out.starts_with(b"data: {\"choices\": [{\"index\": 0, \"pay\\u006coad\": [{\"field\": \"routed_experts\", \"file\": \"p\""));
+}
+
+#[test]
+fn memory_is_bounded_by_the_largest_event() {
+    let mut stitcher = StreamStitcher::new(Stitcher::new(), prefill()).unwrap();
+    let mut out = Vec::new();
+    let big = format!("data: {{\"text\": \"{}\"}}\n\n", "x".repeat(100_000));
+    // A big event a byte of it at a time, then many small ones.
+    for chunk in big.as_bytes().chunks(1000) {
+        stitcher.feed(chunk, &mut out).unwrap();
+        assert!(stitcher.buffered() <= big.len());
+    }
+    let small = b"data: {\"choices\": [{\"index\": 0, \"token_ids\": [1]}]}\n\n";
+    for _ in 0..10_000 {
+        stitcher.feed(&small[..20], &mut out).unwrap();
+        stitcher.feed(&small[20..], &mut out).unwrap();
+    }
+    assert_eq!(stitcher.buffered(), 0);
+    // The buffers are at most twice the largest event (a Vec's doubling),
+    // plus the prefill, however long the stream.
+    assert!(
+        stitcher.capacity() <= 2 * big.len() + prefill().len(),
+        "{}",
+        stitcher.capacity()
+    );
+    assert_eq!(stitcher.events(), 10_001);
+}
+
+#[test]
+fn a_rows_event_keeps_its_other_lines_and_line_ends() {
+    let mut event = b": note\r\nid: 3\rdata:".to_vec();
+    event.extend_from_slice(&ROWS[5..]);
+    event.extend_from_slice(b"\r\nretry: 5\r\r\n");
+    let (out, result) = run(&prefill(), [&event[..]]);
+    assert_eq!(result, Ok(()));
+    let expected = b": note\r\nid: 3\rdata: {\"choices\": [{\"index\": 0, \"routed_experts\": {\"data\": \"AQIDBAUG\", \"shape\": [2,1,3], \"start\": 0, \"dtype\": \"uint8\"}}]}\r\nretry: 5\r\r\n";
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        String::from_utf8_lossy(expected)
+    );
+}
