@@ -108,7 +108,8 @@
 //! ```
 //!
 //! That build compiles no file reader (CI checks that it links nothing of
-//! `std::fs`) and depends on `serde_json`, `thiserror` and `base64-simd` only.
+//! `std::fs`) and depends on `serde_json`, `thiserror`, `base64-simd` and
+//! `memchr` (which `serde_json` depends on too) only.
 //!
 //! # Guarantees
 //!

@@ -22,8 +22,17 @@ use crate::merges::stitcher;
 /// event is a `StitchError` of kind `StreamUnstitched`).
 #[pyclass(name = "StreamStitcher", module = "pd_stitch")]
 pub struct StreamStitcher {
-    inner: Inner,
+    // Boxed: the stitcher's substring searchers hold 32-byte-aligned SIMD
+    // state, and Python allocates a class's objects aligned to 16 bytes
+    // only, so held inline it would be read misaligned (a segfault in
+    // memchr's AVX2 search). The box is Rust's allocation, aligned as the
+    // type needs.
+    inner: Box<Inner>,
 }
+
+// Whatever the stitcher comes to hold, the Python object stays within the
+// alignment Python's allocator gives.
+const _: () = assert!(std::mem::align_of::<StreamStitcher>() <= 16);
 
 #[pymethods]
 impl StreamStitcher {
@@ -49,7 +58,9 @@ impl StreamStitcher {
         let inner = py
             .detach(|| Inner::new(stitcher, text))
             .map_err(|e| stitch_error(py, &e))?;
-        Ok(StreamStitcher { inner })
+        Ok(StreamStitcher {
+            inner: Box::new(inner),
+        })
     }
 
     /// Reads the next chunk of the decode's stream (`bytes`); returns what can
