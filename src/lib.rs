@@ -135,6 +135,7 @@ mod inline;
 mod json;
 mod merge;
 mod response;
+pub mod sglang;
 #[cfg(feature = "verify")]
 pub mod sim;
 mod splice;
@@ -147,6 +148,7 @@ mod view;
 
 pub use error::{Error, ErrorKind, Location, Side, Step};
 pub use inline::{Base64Error, Form, NpyError};
+pub use sglang::{Convention, PositionProblem};
 // The README's examples run as doc tests, so they cannot go stale.
 // The README's Rust examples use the `testing` feature.
 #[cfg(all(doctest, feature = "testing"))]
