@@ -10,6 +10,8 @@
 //! [`Text`] (the prefill's bytes, then the decode's from the cut), which the
 //! adapters write over the decode's rows string, as they write inline rows.
 
+#[cfg(any(feature = "cli", feature = "testing"))]
+pub mod model;
 pub(crate) mod solve;
 
 use std::borrow::Cow;
