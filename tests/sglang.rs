@@ -185,16 +185,21 @@ fn rows_of(api: Api, response: &Value) -> Vec<String> {
 }
 
 fn req() -> impl Strategy<Value = Req> {
-    (1..=40u64, 1..=24u64, any::<bool>(), any::<u64>(), any::<u64>()).prop_map(
-        |(p, c, suffix, s, seed)| Req {
+    (
+        1..=40u64,
+        1..=24u64,
+        any::<bool>(),
+        any::<u64>(),
+        any::<u64>(),
+    )
+        .prop_map(|(p, c, suffix, s, seed)| Req {
             p,
             c,
             // Prefix omission often, the whole prompt sometimes.
             s: if s % 3 == 0 { 0 } else { s % (p + 1) },
             conv: if suffix { Conv::Suffix } else { Conv::Full },
             seed,
-        },
-    )
+        })
 }
 
 fn shape() -> impl Strategy<Value = Shape> {
@@ -390,13 +395,23 @@ fn presence_rules() {
         null_rows(api, &mut bare);
         assert!(!prefill_has_routed_experts(&bare));
         let (kind, at, _) = fails(&stitcher(), &bare, &decode);
-        assert_eq!((kind, at.as_str()), (ErrorKind::MissingPrefillField, &*format!("decode {slot}")));
+        assert_eq!(
+            (kind, at.as_str()),
+            (ErrorKind::MissingPrefillField, &*format!("decode {slot}"))
+        );
         // Rows on the prefill only.
         let mut bare_decode = decode.clone();
         null_rows(api, &mut bare_decode);
         let (kind, at, err) = fails(&stitcher(), &prefill, &bare_decode);
-        assert_eq!((kind, at.as_str()), (ErrorKind::MissingDecodeRows, &*format!("decode {slot}")));
-        assert!(err.to_string().ends_with("the prefill has routed_experts rows here but the decode has none"), "{err}");
+        assert_eq!(
+            (kind, at.as_str()),
+            (ErrorKind::MissingDecodeRows, &*format!("decode {slot}"))
+        );
+        assert!(
+            err.to_string()
+                .ends_with("the prefill has routed_experts rows here but the decode has none"),
+            "{err}"
+        );
         // Neither: nothing to do.
         let mut d = bare_decode.clone();
         assert_eq!(merge_routed_experts_for_pd(&bare, &mut d), Ok(false));
@@ -424,16 +439,28 @@ fn batch_shapes_must_agree() {
     let (prefill, decode, _) = pair(Api::Generate, &[r, r], SH, true);
     let short = Value::Array(vec![decode[0].clone()]);
     let (kind, at, _) = fails(&stitcher(), &prefill, &short);
-    assert_eq!((kind, at.as_str()), (ErrorKind::Structure, "decode response"));
+    assert_eq!(
+        (kind, at.as_str()),
+        (ErrorKind::Structure, "decode response")
+    );
     let (kind, at, _) = fails(&stitcher(), &prefill, &decode[0]);
-    assert_eq!((kind, at.as_str()), (ErrorKind::Structure, "decode response"));
+    assert_eq!(
+        (kind, at.as_str()),
+        (ErrorKind::Structure, "decode response")
+    );
     let (kind, at, _) = fails(&stitcher(), &prefill[0], &decode);
-    assert_eq!((kind, at.as_str()), (ErrorKind::Structure, "decode response"));
+    assert_eq!(
+        (kind, at.as_str()),
+        (ErrorKind::Structure, "decode response")
+    );
     // Errors name the item.
     let mut bad = decode.clone();
     bad[1]["meta_info"]["completion_tokens"] = json!(-1);
     let (kind, at, _) = fails(&stitcher(), &prefill, &bad);
-    assert_eq!((kind, at.as_str()), (ErrorKind::Integer, "decode [1].meta_info.completion_tokens"));
+    assert_eq!(
+        (kind, at.as_str()),
+        (ErrorKind::Integer, "decode [1].meta_info.completion_tokens")
+    );
 }
 
 /// Q3: an OpenAI slot needs exactly one choice on its side.
@@ -446,7 +473,16 @@ fn openai_many_choices_is_refused() {
         let (kind, at, err) = fails(&stitcher(), &prefill, &decode);
         assert_eq!(kind, ErrorKind::Positions, "{err}");
         assert!(at.starts_with("decode "), "{at}");
-        assert!(matches!(err, Error::Positions { problem: PositionProblem::ManyChoices { choices: 2, .. }, .. }), "{err}");
+        assert!(
+            matches!(
+                err,
+                Error::Positions {
+                    problem: PositionProblem::ManyChoices { choices: 2, .. },
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 }
 
@@ -463,38 +499,152 @@ fn errors_name_their_value_and_reason() {
     fn rows(v: &Value) -> Vec<i32> {
         unb64(v["meta_info"]["routed_experts"].as_str().unwrap())
     }
-    type Fault = (&'static str, Box<dyn Fn(&mut Value, &mut Value) -> Stitcher>, ErrorKind, &'static str, &'static str);
+    type Fault = (
+        &'static str,
+        Box<dyn Fn(&mut Value, &mut Value) -> Stitcher>,
+        ErrorKind,
+        &'static str,
+        &'static str,
+    );
     let faults: Vec<Fault> = vec![
-        ("prefill rows not a string", Box::new(|p, _| { set(p, "routed_experts", json!(7)); stitcher() }),
-         ErrorKind::Structure, "prefill meta_info.routed_experts", "must be a base64 string, got 7"),
-        ("prefill rows not base64", Box::new(|p, _| { set(p, "routed_experts", json!("AAA*")); stitcher() }),
-         ErrorKind::Base64, "prefill meta_info.routed_experts", "invalid base64"),
-        ("prefill without prompt_tokens", Box::new(|p, _| { p["meta_info"].as_object_mut().unwrap().remove("prompt_tokens"); stitcher() }),
-         ErrorKind::Integer, "prefill meta_info.prompt_tokens", "got nothing"),
-        ("decode completion_tokens a float", Box::new(|_, d| { set(d, "completion_tokens", json!(4.0)); stitcher() }),
-         ErrorKind::Integer, "decode meta_info.completion_tokens", "got 4.0"),
-        ("decode rows not base64", Box::new(|_, d| { set(d, "routed_experts", json!("AAAA=")); stitcher() }),
-         ErrorKind::Base64, "decode meta_info.routed_experts", "invalid base64"),
-        ("no position", Box::new(|p, _| { set(p, "prompt_tokens", json!(0)); set(p, "completion_tokens", json!(0)); stitcher() }),
-         ErrorKind::Positions, "prefill meta_info.completion_tokens", "place no row"),
-        ("prompts differ", Box::new(|_, d| { set(d, "prompt_tokens", json!(6)); stitcher() }),
-         ErrorKind::Positions, "decode meta_info.prompt_tokens", "the decode's prompt has 6 tokens but the prefill's 5"),
-        ("not whole ids", Box::new(|_, d| { set(d, "routed_experts", json!("AAAAAAA=")); stitcher() }),
-         ErrorKind::Positions, "decode meta_info.routed_experts", "5 bytes are not a whole number of rows of 4 bytes"),
-        ("not whole rows", Box::new(|_, d| {
-             let mut ids = rows(d); ids.pop(); set(d, "routed_experts", json!(b64(&ids))); stitcher() }),
-         ErrorKind::Positions, "decode meta_info.routed_experts", "164 bytes are not a whole number of rows of 24 bytes"),
-        ("prefill rows start before 0", Box::new(|p, _| {
-             let mut ids = rows(p); ids.extend(rows(p)); ids.extend(rows(p)); set(p, "routed_experts", json!(b64(&ids))); stitcher() }),
-         ErrorKind::Positions, "prefill meta_info.routed_experts", "12 rows ending at position 5 would start outside [0, 5]"),
-        ("decode starts elsewhere", Box::new(|_, d| {
-             let ids = rows(d); set(d, "routed_experts", json!(b64(&ids[6..]))); stitcher() }),
-         ErrorKind::Positions, "decode meta_info.routed_experts", "start at 2, neither at the prefill's start 1"),
-        ("row shape of no ids", Box::new(|_, _| Stitcher::new().row_shape(0, 3)),
-         ErrorKind::Positions, "decode meta_info.routed_experts", "row shape (0, 3) has no ids"),
-        ("no reading", Box::new(|_, d| {
-             let ids = rows(d); set(d, "routed_experts", json!(b64(&ids[..5]))); Stitcher::new() }),
-         ErrorKind::Positions, "decode meta_info.routed_experts", "no row width reads 5 ids ending at 8"),
+        (
+            "prefill rows not a string",
+            Box::new(|p, _| {
+                set(p, "routed_experts", json!(7));
+                stitcher()
+            }),
+            ErrorKind::Structure,
+            "prefill meta_info.routed_experts",
+            "must be a base64 string, got 7",
+        ),
+        (
+            "prefill rows not base64",
+            Box::new(|p, _| {
+                set(p, "routed_experts", json!("AAA*"));
+                stitcher()
+            }),
+            ErrorKind::Base64,
+            "prefill meta_info.routed_experts",
+            "invalid base64",
+        ),
+        (
+            "prefill without prompt_tokens",
+            Box::new(|p, _| {
+                p["meta_info"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("prompt_tokens");
+                stitcher()
+            }),
+            ErrorKind::Integer,
+            "prefill meta_info.prompt_tokens",
+            "got nothing",
+        ),
+        (
+            "decode completion_tokens a float",
+            Box::new(|_, d| {
+                set(d, "completion_tokens", json!(4.0));
+                stitcher()
+            }),
+            ErrorKind::Integer,
+            "decode meta_info.completion_tokens",
+            "got 4.0",
+        ),
+        (
+            "decode rows not base64",
+            Box::new(|_, d| {
+                set(d, "routed_experts", json!("AAAA="));
+                stitcher()
+            }),
+            ErrorKind::Base64,
+            "decode meta_info.routed_experts",
+            "invalid base64",
+        ),
+        (
+            "no position",
+            Box::new(|p, _| {
+                set(p, "prompt_tokens", json!(0));
+                set(p, "completion_tokens", json!(0));
+                stitcher()
+            }),
+            ErrorKind::Positions,
+            "prefill meta_info.completion_tokens",
+            "place no row",
+        ),
+        (
+            "prompts differ",
+            Box::new(|_, d| {
+                set(d, "prompt_tokens", json!(6));
+                stitcher()
+            }),
+            ErrorKind::Positions,
+            "decode meta_info.prompt_tokens",
+            "the decode's prompt has 6 tokens but the prefill's 5",
+        ),
+        (
+            "not whole ids",
+            Box::new(|_, d| {
+                set(d, "routed_experts", json!("AAAAAAA="));
+                stitcher()
+            }),
+            ErrorKind::Positions,
+            "decode meta_info.routed_experts",
+            "5 bytes are not a whole number of rows of 4 bytes",
+        ),
+        (
+            "not whole rows",
+            Box::new(|_, d| {
+                let mut ids = rows(d);
+                ids.pop();
+                set(d, "routed_experts", json!(b64(&ids)));
+                stitcher()
+            }),
+            ErrorKind::Positions,
+            "decode meta_info.routed_experts",
+            "164 bytes are not a whole number of rows of 24 bytes",
+        ),
+        (
+            "prefill rows start before 0",
+            Box::new(|p, _| {
+                let mut ids = rows(p);
+                ids.extend(rows(p));
+                ids.extend(rows(p));
+                set(p, "routed_experts", json!(b64(&ids)));
+                stitcher()
+            }),
+            ErrorKind::Positions,
+            "prefill meta_info.routed_experts",
+            "12 rows ending at position 5 would start outside [0, 5]",
+        ),
+        (
+            "decode starts elsewhere",
+            Box::new(|_, d| {
+                let ids = rows(d);
+                set(d, "routed_experts", json!(b64(&ids[6..])));
+                stitcher()
+            }),
+            ErrorKind::Positions,
+            "decode meta_info.routed_experts",
+            "start at 2, neither at the prefill's start 1",
+        ),
+        (
+            "row shape of no ids",
+            Box::new(|_, _| Stitcher::new().row_shape(0, 3)),
+            ErrorKind::Positions,
+            "decode meta_info.routed_experts",
+            "row shape (0, 3) has no ids",
+        ),
+        (
+            "no reading",
+            Box::new(|_, d| {
+                let ids = rows(d);
+                set(d, "routed_experts", json!(b64(&ids[..5])));
+                Stitcher::new()
+            }),
+            ErrorKind::Positions,
+            "decode meta_info.routed_experts",
+            "no row width reads 5 ids ending at 8",
+        ),
     ];
     for (name, fault, kind, at, says) in faults {
         let (mut p, mut d) = (prefill.clone(), decode.clone());
@@ -514,7 +664,11 @@ fn a_decode_that_ends_before_the_cut_is_coverage() {
     let p = output(Api::Generate, 5, 2, &[1; 36], 0);
     let d = output(Api::Generate, 5, 1, &[2; 30], 0);
     let (kind, at, err) = fails(&stitcher(), &p, &d);
-    assert_eq!((kind, at.as_str()), (ErrorKind::Coverage, "decode meta_info.routed_experts"), "{err}");
+    assert_eq!(
+        (kind, at.as_str()),
+        (ErrorKind::Coverage, "decode meta_info.routed_experts"),
+        "{err}"
+    );
     assert!(err.to_string().contains("must contain the cut 6"), "{err}");
 }
 
@@ -526,11 +680,21 @@ fn q5_the_spec_example_is_ambiguous() {
     let decode = output(Api::Generate, 2, 3, &[0, 0, 12, 13], 0);
     let (kind, _, err) = fails(&Stitcher::new(), &prefill, &decode);
     assert_eq!(kind, ErrorKind::Positions);
-    assert!(err.to_string().contains("full-length with rows of 1 ids or suffix-only with rows of 2 ids"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("full-length with rows of 1 ids or suffix-only with rows of 2 ids"),
+        "{err}"
+    );
     let one = merge_both(&Stitcher::new().row_shape(1, 1), &prefill, &decode).unwrap();
-    assert_eq!(unb64(one["meta_info"]["routed_experts"].as_str().unwrap()), [10, 11, 12, 13]);
+    assert_eq!(
+        unb64(one["meta_info"]["routed_experts"].as_str().unwrap()),
+        [10, 11, 12, 13]
+    );
     let two = merge_both(&Stitcher::new().row_shape(1, 2), &prefill, &decode).unwrap();
-    assert_eq!(unb64(two["meta_info"]["routed_experts"].as_str().unwrap()), [10, 11, 0, 0, 12, 13]);
+    assert_eq!(
+        unb64(two["meta_info"]["routed_experts"].as_str().unwrap()),
+        [10, 11, 0, 0, 12, 13]
+    );
 }
 
 /// Q4: one generated token: the decode has nothing after the cut, so the
@@ -538,9 +702,18 @@ fn q5_the_spec_example_is_ambiguous() {
 #[test]
 fn q4_one_token_is_the_prefill_rows() {
     for conv in [Conv::Full, Conv::Suffix] {
-        let r = Req { p: 4, c: 1, s: 0, conv, seed: 3 };
+        let r = Req {
+            p: 4,
+            c: 1,
+            s: 0,
+            conv,
+            seed: 3,
+        };
         let (prefill, decode, colocated) = pair(Api::Generate, &[r], SH, false);
-        assert_eq!(merge_both(&Stitcher::new(), &prefill, &decode).unwrap(), colocated);
+        assert_eq!(
+            merge_both(&Stitcher::new(), &prefill, &decode).unwrap(),
+            colocated
+        );
     }
 }
 

@@ -24,8 +24,8 @@ use proptest::prelude::*;
 use serde_json::Value;
 
 use super::{Mismatch, Verify};
-pub use crate::sglang::model::{encode_ids, Api, Draw, Shape};
 use crate::sglang::model::responses;
+pub use crate::sglang::model::{encode_ids, Api, Draw, Shape};
 pub use crate::sglang::Convention;
 
 /// What [`cases`] generates.
@@ -187,7 +187,9 @@ impl Verify for Case {
             (false, _) => return Err(fail(0, None, "expected a response object".into())),
         }
         let Shape { layers, top_k, .. } = self.shape;
-        let width = usize::try_from(self.shape.width()).unwrap_or(usize::MAX).max(1);
+        let width = usize::try_from(self.shape.width())
+            .unwrap_or(usize::MAX)
+            .max(1);
         for (i, draw) in self.draws.iter().enumerate() {
             let rows = crate::sglang::read_rows(merged, i, layers, top_k)
                 .map_err(|e| fail(i, None, format!("rows cannot be read back: {e}")))?

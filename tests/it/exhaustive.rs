@@ -430,11 +430,13 @@ fn every_small_inline_compact_pair_obeys_every_law() {
 fn every_small_sglang_pair_obeys_every_law() {
     use pd_stitch::{Stitch, Stitcher};
     let b64 = |ids: &[i32]| {
-        STANDARD.encode(ids.iter().flat_map(|i| i.to_le_bytes()).collect::<Vec<u8>>())
+        STANDARD.encode(
+            ids.iter()
+                .flat_map(|i| i.to_le_bytes())
+                .collect::<Vec<u8>>(),
+        )
     };
-    let out = |p: u64, c: u64, ids: &[i32]| {
-        json!({"text": "", "meta_info": {"prompt_tokens": p, "completion_tokens": c, "routed_experts": b64(ids)}})
-    };
+    let out = |p: u64, c: u64, ids: &[i32]| json!({"text": "", "meta_info": {"prompt_tokens": p, "completion_tokens": c, "routed_experts": b64(ids)}});
     let mut cases = 0u64;
     let mut merged_count = 0u64;
     for prompt in 1..=4u64 {
@@ -456,8 +458,11 @@ fn every_small_sglang_pair_obeys_every_law() {
                                     continue;
                                 }
                                 let (s_p, s_d) = (cut - i_p / w, e_d - i_d / w);
-                                if s_p <= prompt && s_d <= prompt && (s_d == s_p || s_d == prompt)
-                                    && s_d <= cut && cut <= e_d
+                                if s_p <= prompt
+                                    && s_d <= prompt
+                                    && (s_d == s_p || s_d == prompt)
+                                    && s_d <= cut
+                                    && cut <= e_d
                                 {
                                     kept.insert(w * (e_d - cut));
                                 }
@@ -473,30 +478,48 @@ fn every_small_sglang_pair_obeys_every_law() {
                             let mut after = before.clone();
                             let result = stitcher.merge(&prefill, &mut after, Stitch::ForPd);
                             // B1, B4 through the bytes path.
-                            let (ptext, dtext) =
-                                (serde_json::to_vec(&prefill).unwrap(), serde_json::to_vec(&before).unwrap());
+                            let (ptext, dtext) = (
+                                serde_json::to_vec(&prefill).unwrap(),
+                                serde_json::to_vec(&before).unwrap(),
+                            );
                             let mut bytes_out = dtext.clone();
                             let got = stitcher.merge_bytes(&ptext, &mut bytes_out, Stitch::ForPd);
-                            let label = format!("P {prompt} Cp {c_p} Cd {c_d} ids {i_p}/{i_d} w {shape:?}");
+                            let label =
+                                format!("P {prompt} Cp {c_p} Cd {c_d} ids {i_p}/{i_d} w {shape:?}");
                             assert_eq!(got, result, "{label}");
                             if kept.len() == 1 {
                                 let t = *kept.iter().next().unwrap() as usize;
                                 assert_eq!(result, Ok(true), "{label}");
                                 let mut expected = pv.clone();
                                 expected.extend_from_slice(&dv[dv.len() - t..]);
-                                assert_eq!(after["meta_info"]["routed_experts"], b64(&expected), "{label}");
-                                assert_eq!(serde_json::from_slice::<Value>(&bytes_out).unwrap(), after, "{label}");
+                                assert_eq!(
+                                    after["meta_info"]["routed_experts"],
+                                    b64(&expected),
+                                    "{label}"
+                                );
+                                assert_eq!(
+                                    serde_json::from_slice::<Value>(&bytes_out).unwrap(),
+                                    after,
+                                    "{label}"
+                                );
                                 merged_count += 1;
                             } else {
                                 let err = result.expect_err(&label);
                                 assert!(
-                                    matches!(err.kind(), pd_stitch::ErrorKind::Positions | pd_stitch::ErrorKind::Coverage),
+                                    matches!(
+                                        err.kind(),
+                                        pd_stitch::ErrorKind::Positions
+                                            | pd_stitch::ErrorKind::Coverage
+                                    ),
                                     "{label}: {err}"
                                 );
                                 if shape.is_none() {
                                     let ambiguous = matches!(
                                         err,
-                                        Error::Positions { problem: pd_stitch::PositionProblem::Ambiguous { .. }, .. }
+                                        Error::Positions {
+                                            problem: pd_stitch::PositionProblem::Ambiguous { .. },
+                                            ..
+                                        }
                                     );
                                     assert_eq!(ambiguous, kept.len() > 1, "{label}: {err}");
                                 }

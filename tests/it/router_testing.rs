@@ -590,7 +590,9 @@ mod sglang_routers {
     /// decode's, `prefill ++ decode[len(prefill)..]`, in every slot.
     fn head_splice(case: &sglang::Case) -> Value {
         let splice = |p: &Value, d: &mut Value| {
-            let (Some(p), Some(ds)) = (p.as_str(), d.as_str()) else { return };
+            let (Some(p), Some(ds)) = (p.as_str(), d.as_str()) else {
+                return;
+            };
             let p = STANDARD.decode(p).unwrap();
             let dd = STANDARD.decode(ds).unwrap();
             let mut out = p.clone();
@@ -598,14 +600,21 @@ mod sglang_routers {
             *d = Value::String(STANDARD.encode(out));
         };
         let mut merged = case.decode.clone();
-        let items: Vec<usize> = if case.batch { (0..case.draws.len()).collect() } else { vec![usize::MAX] };
+        let items: Vec<usize> = if case.batch {
+            (0..case.draws.len()).collect()
+        } else {
+            vec![usize::MAX]
+        };
         for i in items {
             let (p, d) = if i == usize::MAX {
                 (&case.prefill, &mut merged)
             } else {
                 (&case.prefill[i], &mut merged[i])
             };
-            for path in [["meta_info", "routed_experts"], ["sglext", "routed_experts"]] {
+            for path in [
+                ["meta_info", "routed_experts"],
+                ["sglext", "routed_experts"],
+            ] {
                 if let Some(slot) = d.pointer_mut(&format!("/{}/{}", path[0], path[1])) {
                     splice(&p[path[0]][path[1]], slot);
                 }
@@ -664,12 +673,25 @@ mod sglang_routers {
     /// author reads.
     #[test]
     fn the_head_splice_message_names_the_positions() {
-        let draw = sglang::Draw { prompt: 6, completion: 5, start: 0, convention: Convention::SuffixOnly, seed: 9 };
-        let shape = sglang::Shape { layers: 2, top_k: 4, experts: 64 };
+        let draw = sglang::Draw {
+            prompt: 6,
+            completion: 5,
+            start: 0,
+            convention: Convention::SuffixOnly,
+            seed: 9,
+        };
+        let shape = sglang::Shape {
+            layers: 2,
+            top_k: 4,
+            experts: 64,
+        };
         let case = sglang::Case::new(Api::Generate, shape, vec![draw], false);
         let err = verify_stitched(&case, &head_splice(&case)).unwrap_err();
         // 6 prompt rows, 4 after: the splice keeps 6 rows, [4, 10).
-        assert_eq!(err.to_string(), "choice 0: rows cover positions [4, 10), expected [0, 10)");
+        assert_eq!(
+            err.to_string(),
+            "choice 0: rows cover positions [4, 10), expected [0, 10)"
+        );
         verify_stitched(&case, &router(&case)).unwrap();
         // A wrong row is named with its position and slot.
         let mut merged = router(&case);
