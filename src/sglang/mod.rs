@@ -10,7 +10,7 @@
 //! [`Text`] (the prefill's bytes, then the decode's from the cut), which the
 //! adapters write over the decode's rows string, as they write inline rows.
 
-#[cfg(any(feature = "cli", feature = "testing"))]
+#[cfg(feature = "verify")]
 pub mod model;
 pub(crate) mod solve;
 
@@ -370,6 +370,7 @@ fn merge(
     })
 }
 
+#[cfg(feature = "verify")]
 /// Where a response's SGLang rows are and what they hold, read on their own
 /// (for `gather`, `compare` and the tests): the positions need the row
 /// width, which the wire does not carry.
@@ -381,6 +382,7 @@ pub struct SglangRows {
     pub ids: Vec<i32>,
 }
 
+#[cfg(feature = "verify")]
 /// Reads the rows of `response`'s first slot with rows (item `item` of a
 /// batch array), with rows of `layers * top_k` ids: `Ok(None)` when it has
 /// none.
