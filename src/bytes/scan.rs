@@ -1419,6 +1419,40 @@ mod tests {
         }
     }
 
+    /// SGLang's slots: each element of a response that is an array, and
+    /// the members (not deeper) of `meta_info`, `sglext` and `sgl_ext`.
+    #[test]
+    fn records_sglang_slots_and_only_their_members() {
+        let text = br#"[{"text": "t", "meta_info": {"prompt_tokens": 2, "routed_experts": "AAAA", "logs": [1]}}, 7]"#;
+        let doc = Doc::scan(text).unwrap();
+        let spans: Vec<&str> = doc
+            .nodes
+            .iter()
+            .map(|n| std::str::from_utf8(&text[n.span.clone()]).unwrap())
+            .collect();
+        assert_eq!(
+            spans,
+            [
+                std::str::from_utf8(text).unwrap(),
+                r#"{"text": "t", "meta_info": {"prompt_tokens": 2, "routed_experts": "AAAA", "logs": [1]}}"#,
+                "\"t\"",
+                r#"{"prompt_tokens": 2, "routed_experts": "AAAA", "logs": [1]}"#,
+                "2",
+                "\"AAAA\"",
+                "[1]",
+                "7",
+            ]
+        );
+        assert!(!doc.nodes[6].indexed, "a member of meta_info is opaque");
+        let text = br#"{"choices": [{"sgl_ext": {"routed_experts": "AAAA", "x": {"y": 1}}}]}"#;
+        let doc = Doc::scan(text).unwrap();
+        assert_eq!(
+            doc.nodes.len(),
+            6,
+            "root, choices, choice, sgl_ext, its two members"
+        );
+    }
+
     #[test]
     fn records_the_merge_paths_and_only_them() {
         let text = br#"{"id": "x", "choices": [{"logprobs": [1, 2], "payload": [{"pos": 1}], "routed_experts": null}], "usage": {"a": 1}}"#;
@@ -1440,7 +1474,9 @@ mod tests {
                 r#"{"pos": 1}"#,
                 "1",
                 "null",
+                // usage's members place SGLang's rows (its counts).
                 r#"{"a": 1}"#,
+                "1",
             ]
         );
         assert!(!doc.nodes[4].indexed, "logprobs is opaque");

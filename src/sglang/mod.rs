@@ -12,6 +12,8 @@
 
 #[cfg(feature = "verify")]
 pub mod model;
+#[cfg(feature = "verify")]
+pub mod sim;
 pub(crate) mod solve;
 
 use std::borrow::Cow;

@@ -499,6 +499,68 @@ fn simulate_runs_and_says_so() {
     }
 }
 
+/// `simulate --engine sglang`: both conventions, every request right, and
+/// with `--dir` the responses kept; `merge --row-shape` stitches what it
+/// wrote to the colocated answer, and without the shape an ambiguous pair
+/// is one line and exit 1.
+#[test]
+fn simulate_sglang_runs_and_merge_reads_what_it_wrote() {
+    let dir = scratch("sglang");
+    let out = pd_stitch(&[
+        "simulate",
+        "--engine",
+        "sglang",
+        "--requests",
+        "12",
+        "--seed",
+        "5",
+        "--dir",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("all 12 requests bitwise equal to the colocated truth in both conventions"),
+        "{text}"
+    );
+    for convention in ["full-length", "suffix-only"] {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(convention) && l.matches("12/12").count() == 2),
+            "{convention}: {text}"
+        );
+    }
+    // The first request's suffix-only pair, merged by the command.
+    let req = dir.join("req-0000");
+    let shape = {
+        // The simulator's shapes: find the one that merges to the colocated answer.
+        ["4x2", "8x4", "16x8", "48x8"].into_iter().find(|shape| {
+            let out = pd_stitch(&[
+                "merge",
+                req.join("prefill.json").to_str().unwrap(),
+                req.join("decode-suffix.json").to_str().unwrap(),
+                "--row-shape",
+                shape,
+            ]);
+            out.status.success()
+                && serde_json::from_slice::<Value>(&out.stdout).ok()
+                    == Some(read(req.join("colocated.json").to_str().unwrap()))
+        })
+    };
+    assert!(
+        shape.is_some(),
+        "no row shape merges req-0000 to its colocated answer"
+    );
+    let out = pd_stitch(&["merge", "a", "b", "--row-shape", "48"]);
+    assert_eq!(out.status.code(), Some(2), "a usage error");
+    assert!(
+        stderr(&out).contains("expected LAYERSxTOP_K"),
+        "{}",
+        stderr(&out)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A scratch directory for one test.
 fn scratch(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("pd-stitch-cli-{name}-{}", std::process::id()));
