@@ -386,8 +386,8 @@ pub struct SglangRows {
 
 #[cfg(feature = "verify")]
 /// Reads the rows of `response`'s first slot with rows (item `item` of a
-/// batch array), with rows of `layers * top_k` ids: `Ok(None)` when it has
-/// none.
+/// batch array; a response object is item 0), with rows of `layers * top_k`
+/// ids: `Ok(None)` when it has none.
 ///
 /// # Errors
 ///
@@ -402,7 +402,7 @@ pub fn read_rows(
     let side = Side::Response;
     let Some(slot) = slots(response)
         .into_iter()
-        .filter(|slot| slot.item.is_none_or(|i| i == item))
+        .filter(|slot| slot.item.map_or(item == 0, |i| i == item))
         .find(|slot| slot.present(response).is_some())
     else {
         return Ok(None);

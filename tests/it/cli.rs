@@ -547,9 +547,48 @@ fn simulate_sglang_runs_and_merge_reads_what_it_wrote() {
                     == Some(read(req.join("colocated.json").to_str().unwrap()))
         })
     };
+    let shape = shape.expect("a row shape merges req-0000 to its colocated answer");
+    let path = |name: &str| req.join(name).to_str().unwrap().to_owned();
+    // compare tells the merged rows (equal) from the unmerged full-length
+    // decode's (its prompt rows differ, and only those).
+    let out = pd_stitch(&[
+        "compare",
+        &path("merged-full.json"),
+        &path("colocated.json"),
+        "--row-shape",
+        shape,
+    ]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let out = pd_stitch(&[
+        "compare",
+        &path("decode-full.json"),
+        &path("colocated.json"),
+        "--row-shape",
+        shape,
+        "--json",
+    ]);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let choice = &report["choices"][0];
+    let (prompt, completion) = (&choice["prompt"], &choice["completion"]);
+    assert_eq!(completion["equal_rows"], completion["compared"], "{choice}");
+    if prompt["compared"].as_u64().unwrap() > 0 {
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert_eq!(prompt["equal_rows"], 0, "{choice}");
+    }
+    // gather reads them back.
+    let out = pd_stitch(&[
+        "gather",
+        &path("merged-suffix.json"),
+        "--choice",
+        "0",
+        "--row-shape",
+        shape,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
     assert!(
-        shape.is_some(),
-        "no row shape merges req-0000 to its colocated answer"
+        stdout(&out).contains("source     sglang"),
+        "{}",
+        stdout(&out)
     );
     let out = pd_stitch(&["merge", "a", "b", "--row-shape", "48"]);
     assert_eq!(out.status.code(), Some(2), "a usage error");
