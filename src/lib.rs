@@ -148,7 +148,6 @@ mod view;
 
 pub use error::{Error, ErrorKind, Location, Side, Step};
 pub use inline::{Base64Error, Form, NpyError};
-pub use sglang::{Convention, PositionProblem};
 // The README's examples run as doc tests, so they cannot go stale.
 // The README's Rust examples use the `testing` feature.
 #[cfg(all(doctest, feature = "testing"))]

@@ -126,9 +126,9 @@ impl Stitcher {
     /// which a router knows from the model's config. With it, every pair of
     /// SGLang responses SPEC section 10 accepts is placed; without it, a
     /// pair whose lengths fit two row widths is refused
-    /// ([`PositionProblem::Ambiguous`](crate::PositionProblem::Ambiguous)).
+    /// ([`PositionProblem::Ambiguous`](crate::algebra::PositionProblem::Ambiguous)).
     /// A shape of no ids makes every SGLang merge fail with
-    /// [`PositionProblem::RowShape`](crate::PositionProblem::RowShape).
+    /// [`PositionProblem::RowShape`](crate::algebra::PositionProblem::RowShape).
     ///
     /// ```
     /// use pd_stitch::{Stitch, Stitcher};

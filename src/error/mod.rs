@@ -26,11 +26,10 @@ pub use location::{Location, Side, Step};
 
 use location::root_of;
 
-use crate::algebra::{Dtype, LayoutProblem, Overflow, Rows, SupportedNames};
+use crate::algebra::{Dtype, LayoutProblem, Overflow, PositionProblem, Rows, SupportedNames};
 use crate::inline::base64::Base64Error;
 use crate::inline::form::Form;
 use crate::inline::npy::NpyError;
-use crate::sglang::PositionProblem;
 
 /// What [`Error::MissingDecodeRows`] says: of a vLLM choice's inline rows,
 /// or of SGLang rows in another place.

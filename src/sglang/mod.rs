@@ -18,7 +18,7 @@ pub(crate) mod solve;
 
 use std::borrow::Cow;
 
-pub use solve::{Convention, PositionProblem};
+pub(crate) use crate::algebra::{Convention, PositionProblem};
 
 use crate::algebra::Rows;
 use crate::error::{Error, Location, Side};

@@ -24,9 +24,9 @@ use proptest::prelude::*;
 use serde_json::Value;
 
 use super::{Mismatch, Verify};
+use crate::algebra::Convention;
 use crate::sglang::model::responses;
 pub use crate::sglang::model::{encode_ids, Api, Draw, Shape};
-pub use crate::sglang::Convention;
 
 /// What [`cases`] generates.
 #[derive(Clone, Debug)]

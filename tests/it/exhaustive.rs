@@ -517,7 +517,8 @@ fn every_small_sglang_pair_obeys_every_law() {
                                     let ambiguous = matches!(
                                         err,
                                         Error::Positions {
-                                            problem: pd_stitch::PositionProblem::Ambiguous { .. },
+                                            problem:
+                                                pd_stitch::algebra::PositionProblem::Ambiguous { .. },
                                             ..
                                         }
                                     );

@@ -438,7 +438,7 @@ fn sglang_full_length_merges_are_written_in_place() {
 /// QL6's figure: the bytes merge of 32k positions of 48 x 8 int32 rows
 /// (a 16k prompt) against one `base64`-crate encode of the merged rows,
 /// measured side by side in one run, medians of 9. Run in release:
-/// `cargo test --release --test in_place sglang_speed -- --ignored --nocapture`.
+/// `cargo test --release --test it in_place::sglang_speed -- --ignored --nocapture`.
 #[test]
 #[ignore = "a measurement: run in release"]
 fn sglang_speed() {

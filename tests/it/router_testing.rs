@@ -573,7 +573,8 @@ mod sglang_routers {
     use super::*;
     use base64::engine::general_purpose::STANDARD;
     use base64::Engine;
-    use pd_stitch::testing::sglang::{self, Api, Convention};
+    use pd_stitch::algebra::Convention;
+    use pd_stitch::testing::sglang::{self, Api};
     use pd_stitch::{Stitch, Stitcher};
 
     /// A faithful SGLang router: the crate's merge with the model's shape.
@@ -627,12 +628,7 @@ mod sglang_routers {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig {
-            failure_persistence: Some(Box::new(proptest::test_runner::FileFailurePersistence::Direct(
-                "proptest-regressions/router_testing_sglang.txt",
-            ))),
-            ..ProptestConfig::default()
-        })]
+        #![proptest_config(crate::support::config("router_testing_sglang"))]
 
         /// V5: a faithful SGLang router passes on every generated case;
         /// the unmerged decode fails wherever the decode's rows are not

@@ -5,17 +5,16 @@
 //! is judged by the crate. Which pairs are ambiguous without a row shape is
 //! the SPEC's closed form, written out here, not the crate's solver.
 
-mod support;
-
+use crate::support::config;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
+use pd_stitch::algebra::PositionProblem;
 use pd_stitch::{
     merge_routed_experts_for_pd, merge_routed_experts_in_json, merge_routed_payload_in_json,
-    prefill_has_routed_experts, Error, ErrorKind, PositionProblem, Stitch, Stitcher,
+    prefill_has_routed_experts, Error, ErrorKind, Stitch, Stitcher,
 };
 use proptest::prelude::*;
 use serde_json::{json, Value};
-use support::config;
 
 // ----------------------------------------------------------------------------
 // A P/D pair as SGLang writes it, and its truth.
@@ -238,7 +237,7 @@ fn merge_both(stitcher: &Stitcher, prefill: &Value, decode: &Value) -> Result<Va
 // ----------------------------------------------------------------------------
 
 proptest! {
-    #![proptest_config(config("proptest-regressions/sglang.txt"))]
+    #![proptest_config(config("sglang"))]
 
     /// QL1 (and QL3 through `api`): with the row shape the merged rows are
     /// the colocated truth, the prefill's at its positions and the decode's
