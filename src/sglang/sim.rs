@@ -156,6 +156,9 @@ impl fmt::Display for Summary {
     }
 }
 
+/// A bytes merge with a stitcher: the library's, or one a test breaks.
+pub type MergeBytes = dyn Fn(&Stitcher, &[u8], &mut Vec<u8>) -> Result<bool, Error>;
+
 /// Runs `requests` requests seeded with `seed`, stitching with `merge`
 /// (the library's, or one a test breaks); with `dir`, each request's
 /// responses are kept in `dir/req-NNNN/`.
@@ -167,7 +170,7 @@ pub fn run(
     requests: usize,
     seed: u64,
     dir: Option<&Path>,
-    merge: &dyn Fn(&Stitcher, &[u8], &mut Vec<u8>) -> Result<bool, Error>,
+    merge: &MergeBytes,
 ) -> io::Result<Summary> {
     let mut summary = Summary {
         requests,
