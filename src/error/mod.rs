@@ -302,6 +302,7 @@ pub enum Error {
     StreamClosed {
         /// Whether it failed (else it was finished).
         failed: bool,
+    },
     /// SGLang rows whose positions the responses do not determine: the
     /// token counts and the rows' lengths place them nowhere, or in more
     /// than one way (SPEC section 10).
