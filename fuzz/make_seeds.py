@@ -35,6 +35,8 @@ FOR_PD = "merge_routed_experts_for_pd"
 # The bytes entry point: every seed of FOR_PD, plus texts that are not JSON
 # or that a byte-level reader could read differently from serde_json.
 BYTES = "bytes_merge_for_pd"
+# SGLang's structured pairs (fuzz_targets/sglang_merge.rs): raw bytes.
+SGLANG = "sglang_merge"
 # The simulator's requests with the smallest responses of `--seed 11`.
 SIM_REQUESTS = ["req-0006", "req-0017", "req-0019"]
 ITEMSIZE = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2,
@@ -197,7 +199,56 @@ def simulated_pairs(run):
             add([FOR_PD], f"sim-{request}-both", prefill, decode)
 
 
+def ids_b64(ids):
+    return base64.b64encode(b"".join(int(i).to_bytes(4, "little", signed=True) for i in ids)).decode()
+
+
+def sglang_pairs():
+    """SGLang's rows (SPEC section 10) for the JSON and bytes entry points:
+    /generate full-length and suffix-only, a batch, sglext and sgl_ext; and
+    structured inputs for the sglang_merge target."""
+    def generate(prompt, completion, ids):
+        return {"text": "x", "meta_info": {"prompt_tokens": prompt, "completion_tokens": completion,
+                                           "routed_experts": ids_b64(ids)}}
+
+    def chat(prompt, completion, ids, place):
+        out = {"choices": [{"index": 0}], "usage": {"prompt_tokens": prompt, "completion_tokens": completion}}
+        if place == "sglext":
+            out["sglext"] = {"routed_experts": ids_b64(ids)}
+        else:
+            out["choices"][0]["sgl_ext"] = {"routed_experts": ids_b64(ids)}
+        return out
+
+    # Prompt 3, 3 generated, rows of 2 ids: [0, 3) from the prefill.
+    prefill_ids = [10, 11, 20, 21, 30, 31]
+    full = [0] * 6 + [40, 41, 50, 51]
+    suffix = [40, 41, 50, 51]
+    add([FOR_PD], "sglang-generate-full", generate(3, 1, prefill_ids), generate(3, 3, full))
+    add([FOR_PD], "sglang-generate-suffix", generate(3, 1, prefill_ids), generate(3, 3, suffix))
+    add([FOR_PD], "sglang-generate-batch", [generate(3, 1, prefill_ids), generate(2, 1, [1, 2])],
+        [generate(3, 3, suffix), generate(2, 2, [0, 0, 3, 4])])
+    for place in ["sglext", "sgl_ext"]:
+        add([FOR_PD], f"sglang-{place}", chat(3, 1, prefill_ids, place), chat(3, 3, full, place))
+    # A pair that is ambiguous without the row shape (SPEC section 10).
+    add([FOR_PD], "sglang-ambiguous", generate(2, 1, [10, 11]), generate(2, 3, [0, 0, 12, 13]))
+    # The structured target: shape byte, slot byte, items, then 5 bytes an item.
+    structured = {
+        "full-width-2": [3, 0, 0, 3, 1, 3, 6, 10],
+        "suffix-width-2": [3, 0, 0, 3, 1, 3, 6, 4],
+        "no-shape": [0, 0, 0, 5, 1, 4, 24, 42],
+        "ambiguous": [0, 0, 0, 2, 1, 3, 2, 4],
+        "batch": [2, 0x80, 2, 3, 1, 3, 6, 4, 2, 1, 2, 4, 6, 4, 1, 4, 8, 8],
+        "sglext": [3, 1, 0, 4, 1, 5, 8, 16],
+        "sgl_ext": [3, 2, 0, 4, 1, 5, 8, 8],
+        "counts-zero": [1, 0, 0, 0, 0, 0, 0, 0],
+        "row-shape-zero": [1, 0, 0, 3, 1, 3, 3, 5],
+    }
+    for name, data in structured.items():
+        seeds.setdefault(SGLANG, {})[f"sglang-{name}"] = bytes(data)
+
+
 def main():
+    sglang_pairs()
     committed_pairs()
     npy_pairs()
     bytes_pairs()

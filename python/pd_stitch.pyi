@@ -27,10 +27,16 @@ def merge_routed_experts_for_pd(
     *,
     fields: Optional[Iterable[str]] = None,
     strict: bool = False,
+    row_shape: Optional[Tuple[int, int]] = None,
 ) -> Union[_Body, bytes]:
-    """Stitch inline rows and rows by handle at once. The result has the
-    decode's type (bytes for a bytearray); with nothing to stitch, the decode
-    object itself comes back. A dict input is never modified."""
+    """Stitch inline rows, rows by handle and SGLang's rows
+    (``meta_info.routed_experts``, ``sglext.routed_experts``, a ``/generate``
+    batch array as bytes or str) at once. ``row_shape=(layers, top_k)``
+    places SGLang's rows, which carry no shape: without it, a pair whose
+    lengths fit two row widths is a ``StitchError`` of kind ``Positions``.
+    The result has the decode's type (bytes for a bytearray); with nothing to
+    stitch, the decode object itself comes back. A dict input is never
+    modified."""
 
 def merge_routed_payload_in_json(
     prefill: _Prefill,

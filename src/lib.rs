@@ -136,6 +136,7 @@ mod inline;
 mod json;
 mod merge;
 mod response;
+pub mod sglang;
 #[cfg(feature = "verify")]
 pub mod sim;
 mod splice;

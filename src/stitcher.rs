@@ -50,6 +50,8 @@ use crate::merge::{default_spec, Spec};
 pub struct Stitcher {
     fields: Vec<String>,
     strict: bool,
+    /// SGLang's `(layers, top_k)`, when given.
+    row_shape: Option<(u64, u64)>,
 }
 
 impl Default for Stitcher {
@@ -78,6 +80,7 @@ impl Stitcher {
             Stitcher {
                 fields: Vec::new(),
                 strict: false,
+                row_shape: None,
             },
             Stitcher::field,
         )
@@ -119,6 +122,45 @@ impl Stitcher {
         self.strict
     }
 
+    /// SGLang's rows carry no shape: `layers * top_k` ids per position,
+    /// which a router knows from the model's config. With it, every pair of
+    /// SGLang responses SPEC section 10 accepts is placed; without it, a
+    /// pair whose lengths fit two row widths is refused
+    /// ([`PositionProblem::Ambiguous`](crate::algebra::PositionProblem::Ambiguous)).
+    /// A shape of no ids makes every SGLang merge fail with
+    /// [`PositionProblem::RowShape`](crate::algebra::PositionProblem::RowShape).
+    ///
+    /// ```
+    /// use pd_stitch::{Stitch, Stitcher};
+    /// use serde_json::json;
+    ///
+    /// // A prompt of 2 tokens, 3 generated; rows of 1 x 1 ids (int32, base64).
+    /// let prefill = json!({"text": "", "meta_info": {
+    ///     "prompt_tokens": 2, "completion_tokens": 1, "routed_experts": "CgAAAAsAAAA="}});
+    /// let decode = json!({"text": "...", "meta_info": {
+    ///     "prompt_tokens": 2, "completion_tokens": 3, "routed_experts": "AAAAAAAAAAAMAAAADQAAAA=="}});
+    ///
+    /// // Without the shape, these lengths also read as suffix-only rows of 2 ids.
+    /// let err = Stitcher::new().merge(&prefill, &mut decode.clone(), Stitch::ForPd).unwrap_err();
+    /// assert_eq!(err.kind(), pd_stitch::ErrorKind::Positions);
+    ///
+    /// let mut merged = decode.clone();
+    /// assert!(Stitcher::new().row_shape(1, 1).merge(&prefill, &mut merged, Stitch::ForPd)?);
+    /// // Ids 10, 11 (the prompt, from the prefill), then 12, 13 (the decode's own).
+    /// assert_eq!(merged["meta_info"]["routed_experts"], "CgAAAAsAAAAMAAAADQAAAA==");
+    /// # Ok::<(), pd_stitch::Error>(())
+    /// ```
+    #[must_use]
+    pub fn row_shape(mut self, layers: u64, top_k: u64) -> Stitcher {
+        self.row_shape = Some((layers, top_k));
+        self
+    }
+
+    /// The SGLang row shape given with [`Stitcher::row_shape`].
+    pub fn sglang_row_shape(&self) -> Option<(u64, u64)> {
+        self.row_shape
+    }
+
     /// The same stitcher, also stitching `name` (adding a field twice is the
     /// same as adding it once).
     #[must_use]
@@ -136,6 +178,7 @@ impl Stitcher {
             fields: &self.fields,
             what,
             strict: self.strict,
+            row_shape: self.row_shape,
         }
     }
 
@@ -338,6 +381,12 @@ impl Stitch {
     /// Whether rows by handle are stitched.
     pub(crate) fn by_handle(self) -> bool {
         matches!(self, Stitch::ForPd | Stitch::Payload)
+    }
+
+    /// Whether SGLang's rows are stitched: by the P/D merge, so that a
+    /// router calls one function whatever its engine.
+    pub(crate) fn sglang(self) -> bool {
+        matches!(self, Stitch::ForPd)
     }
 }
 

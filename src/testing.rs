@@ -15,7 +15,10 @@
 //!   through, and segments come in position order (a trainer concatenates
 //!   them in payload order). A failure names the choice, the first wrong
 //!   position, the segment it came from, and what was expected;
-//! - [`fixture`]: committed response pairs (the seed example and error cases).
+//! - [`fixture`]: committed response pairs (the seed example and error cases);
+//! - [`sglang`]: the same for SGLang's rows (`meta_info`, `sglext`,
+//!   `sgl_ext`), both decode conventions, prefix omission and batch arrays;
+//!   [`verify_stitched`] judges those cases too.
 //!
 //! ```
 //! use pd_stitch::testing::{cases, verify_stitched, Knobs};
@@ -46,6 +49,8 @@ use crate::algebra::Dtype;
 use crate::fields::ROUTED_EXPERTS;
 use crate::gather::{gather_from, Store};
 use crate::sim::{Mode, Request};
+
+pub mod sglang;
 
 /// What [`cases`] generates.
 #[derive(Clone, Debug)]
@@ -242,7 +247,28 @@ impl std::error::Error for Mismatch {}
 /// segments out of position order; rows that cannot be gathered (gap,
 /// overlap, short file); or the first position whose row differs from the
 /// truth, with the segment it came from and what was expected.
-pub fn verify_stitched(case: &Case, merged: &Value) -> Result<(), Mismatch> {
+pub fn verify_stitched<C: Verify + ?Sized>(case: &C, merged: &Value) -> Result<(), Mismatch> {
+    case.verify(merged)
+}
+
+/// A generated case [`verify_stitched`] can judge a merged response of: a
+/// vLLM [`Case`], or an SGLang [`sglang::Case`].
+pub trait Verify {
+    /// The first way `merged` is wrong for this case.
+    ///
+    /// # Errors
+    ///
+    /// That [`Mismatch`].
+    fn verify(&self, merged: &Value) -> Result<(), Mismatch>;
+}
+
+impl Verify for Case {
+    fn verify(&self, merged: &Value) -> Result<(), Mismatch> {
+        verify_case(self, merged)
+    }
+}
+
+fn verify_case(case: &Case, merged: &Value) -> Result<(), Mismatch> {
     let mismatch = |choice, message: String| Mismatch {
         choice,
         position: None,

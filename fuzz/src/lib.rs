@@ -45,20 +45,26 @@ pub type Merge = fn(&Value, &mut Value) -> Result<bool, pd_stitch::Error>;
 pub struct Kinds {
     pub by_handle: bool,
     pub inline: bool,
+    /// SGLang's rows (SPEC section 10).
+    pub sglang: bool,
 }
 
 impl Kinds {
     pub const BY_HANDLE: Kinds = Kinds {
         by_handle: true,
         inline: false,
+        sglang: false,
     };
     pub const INLINE: Kinds = Kinds {
         by_handle: false,
         inline: true,
+        sglang: false,
     };
+    /// What `merge_routed_experts_for_pd` stitches: every kind.
     pub const BOTH: Kinds = Kinds {
         by_handle: true,
         inline: true,
+        sglang: true,
     };
 }
 
@@ -94,10 +100,16 @@ pub fn check(data: &[u8], merge: Merge, kinds: Kinds) {
     );
     let segments = prefill_segments(&prefill);
     let inline = prefill_inline(&prefill);
+    let sglang = sglang_slots(&prefill);
     assert!(
-        (kinds.by_handle && !segments.is_empty()) || (kinds.inline && inline.is_some()),
-        "R1/N2: Ok(true) from a prefill without rows to merge"
+        (kinds.by_handle && !segments.is_empty())
+            || (kinds.inline && inline.is_some())
+            || (kinds.sglang && !sglang.is_empty()),
+        "R1/N2/Q1: Ok(true) from a prefill without rows to merge"
     );
+    if kinds.sglang {
+        check_sglang(&prefill, &decode, &merged);
+    }
     // Without a `choices` array there is nothing the merge may write to, and
     // `strip` has shown the decode unchanged.
     let (Some(before), Some(after)) = (choices(&decode), choices(&merged)) else {
@@ -116,6 +128,14 @@ pub fn check(data: &[u8], merge: Merge, kinds: Kinds) {
 /// The response with what a merge may change removed from every choice.
 fn strip(response: &Value, kinds: Kinds) -> Value {
     let mut response = response.clone();
+    if kinds.sglang {
+        for path in sglang_paths(&response) {
+            let path: Vec<&str> = path.iter().map(String::as_str).collect();
+            if let Some(rows) = pointer_mut(&mut response, &path) {
+                *rows = Value::Null;
+            }
+        }
+    }
     if let Some(choices) = response.get_mut("choices").and_then(Value::as_array_mut) {
         for choice in choices.iter_mut().filter_map(Value::as_object_mut) {
             if kinds.by_handle {
@@ -127,6 +147,91 @@ fn strip(response: &Value, kinds: Kinds) -> Value {
         }
     }
     response
+}
+
+// ------------------------------------------------------------------ SGLang
+
+/// Where SGLang's rows may be, from an item (the response, or each element
+/// of a response that is an array: only `meta_info` there).
+const SGLANG_PATHS: [&[&str]; 3] = [
+    &["meta_info", FIELD],
+    &["sglext", FIELD],
+    &["choices", "0", "sgl_ext", FIELD],
+];
+
+/// Every SGLang rows value a merge may write, by path from the root: each
+/// element's `meta_info.routed_experts` of an array, the three slots of an
+/// object.
+fn sglang_paths(response: &Value) -> Vec<Vec<String>> {
+    match response {
+        Value::Array(items) => (0..items.len())
+            .map(|i| vec![i.to_string(), "meta_info".into(), FIELD.into()])
+            .collect(),
+        Value::Object(_) => SGLANG_PATHS
+            .iter()
+            .map(|p| p.iter().map(|s| (*s).to_owned()).collect())
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn lookup<'a>(value: &'a Value, path: &[String]) -> Option<&'a Value> {
+    path.iter().try_fold(value, |v, step| match v {
+        Value::Array(items) => items.get(step.parse::<usize>().ok()?),
+        Value::Object(map) => map.get(step),
+        _ => None,
+    })
+}
+
+fn pointer_mut<'a>(value: &'a mut Value, path: &[&str]) -> Option<&'a mut Value> {
+    path.iter().try_fold(value, |v, step| match v {
+        Value::Array(items) => items.get_mut(step.parse::<usize>().ok()?),
+        Value::Object(map) => map.get_mut(*step),
+        _ => None,
+    })
+}
+
+/// The prefill's SGLang slots with rows (present and not null).
+fn sglang_slots(prefill: &Value) -> Vec<Vec<String>> {
+    sglang_paths(prefill)
+        .into_iter()
+        .filter(|p| lookup(prefill, p).is_some_and(|v| !v.is_null()))
+        .collect()
+}
+
+/// Q6 on a merge that succeeded: every slot the prefill has rows in has
+/// merged rows in the decode that are the prefill's bytes followed by a
+/// tail of the decode's bytes (the cut is not checked: placing it needs the
+/// row width); every other rows value is the decode's. (`strip` already
+/// showed nothing else changed, the arrays' other elements included.)
+fn check_sglang(prefill: &Value, decode: &Value, merged: &Value) {
+    let has = sglang_slots(prefill);
+    for path in sglang_paths(decode) {
+        let (d, m) = (lookup(decode, &path), lookup(merged, &path));
+        if !has.contains(&path) {
+            assert!(d == m, "Q1: rows the prefill has none of changed at {path:?}");
+            continue;
+        }
+        let text = |v: Option<&Value>, what: &str| {
+            let text = v.and_then(Value::as_str).unwrap_or_else(|| panic!("Q2: {what} rows at {path:?} merged but not a string"));
+            base64(text, what)
+        };
+        let (p, d, m) = (
+            text(lookup(prefill, &path), "prefill"),
+            text(d, "decode"),
+            text(m, "merged"),
+        );
+        assert!(m.len() % 4 == 0, "Q2: merged rows of {} bytes at {path:?}", m.len());
+        assert!(
+            m.len() >= p.len() && m[..p.len()] == p[..],
+            "Q6: merged rows at {path:?} do not start with the prefill's"
+        );
+        let tail = &m[p.len()..];
+        assert!(
+            tail.len() <= d.len() && d.ends_with(tail),
+            "Q6: merged rows at {path:?} do not end with a tail of the decode's"
+        );
+    }
 }
 
 fn choices(response: &Value) -> Option<&Vec<Value>> {
@@ -841,6 +946,18 @@ mod tests {
 
     const BYTES: &str = "bytes_merge_for_pd";
 
+    /// A real `Error::Coverage` (the variants are non_exhaustive: not built
+    /// by hand) at a place no seed's is: the third choice's rows.
+    fn coverage_elsewhere() -> pd_stitch::Error {
+        let rows = |start: u64| {
+            serde_json::json!({"data": "AQID", "shape": [1, 1, 3], "start": start, "dtype": "uint8"})
+        };
+        let prefill = serde_json::json!({"choices": [{"routed_experts": rows(0)}]});
+        let mut decode = serde_json::json!({"choices": [
+            {"routed_experts": rows(0)}, {"routed_experts": rows(0)}, {"routed_experts": rows(7)}]});
+        pd_stitch::merge_routed_experts_in_json(&prefill, &mut decode).unwrap_err()
+    }
+
     /// Whether `check_bytes` panics on some seed of the bytes target with
     /// `bytes` held to the real `Value` function.
     fn bytes_fires(bytes: BytesMerge) -> bool {
@@ -900,11 +1017,7 @@ mod tests {
         // B1: the same variant at another place (the side flipped).
         assert!(bytes_fires(|p, d| {
             pd_stitch::bytes::merge_routed_experts_for_pd(p, d).map_err(|e| match e {
-                pd_stitch::Error::Coverage { cut, decode, .. } => pd_stitch::Error::Coverage {
-                    at: pd_stitch::Location::root(pd_stitch::Side::Prefill),
-                    cut,
-                    decode,
-                },
+                pd_stitch::Error::Coverage { .. } => coverage_elsewhere(),
                 other => other,
             })
         }));
@@ -934,13 +1047,10 @@ mod tests {
         // B3: Error::Json naming the wrong side.
         assert!(bytes_fires(|p, d| {
             pd_stitch::bytes::merge_routed_experts_for_pd(p, d).map_err(|e| match e {
-                pd_stitch::Error::Json {
-                    offset, message, ..
-                } => pd_stitch::Error::Json {
-                    side: pd_stitch::Side::Decode,
-                    offset,
-                    message,
-                },
+                pd_stitch::Error::Json { .. } => {
+                    // The variants are non_exhaustive: a real Json error of the decode.
+                    pd_stitch::bytes::parse(pd_stitch::Side::Decode, b"{").unwrap_err()
+                }
                 other => other,
             })
         }));
@@ -994,4 +1104,146 @@ mod tests {
             println!("{target}: {skipped} skipped, {err} Err, {noop} Ok(false), {merged} Ok(true)");
         }
     }
+    /// The SGLang target's seeds pass, and a deterministic sweep of
+    /// structured inputs (SplitMix64) passes too: the checks run without
+    /// libFuzzer, on stable.
+    #[test]
+    fn sglang_seeds_and_a_sweep_pass() {
+        let seeds = seeds("sglang_merge");
+        assert!(seeds.len() >= 9);
+        for (_, data) in &seeds {
+            check_sglang_pair(data);
+        }
+        let mut state = 0x5eed_u64;
+        for _ in 0..50_000 {
+            let mut data = [0u8; 18];
+            for chunk in data.chunks_mut(8) {
+                state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                let mut z = state;
+                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+                let z = (z ^ (z >> 31)).to_le_bytes();
+                let n = chunk.len();
+                chunk.copy_from_slice(&z[..n]);
+            }
+            check_sglang_pair(&data);
+        }
+    }
+
+    /// `check` catches a for-pd merge that writes SGLang rows other than
+    /// the prefill's followed by a tail of the decode's.
+    #[test]
+    fn sglang_checks_bite() {
+        fn wrong(p: &Value, d: &mut Value) -> Result<bool, pd_stitch::Error> {
+            let r = pd_stitch::merge_routed_experts_for_pd(p, d);
+            if r == Ok(true) {
+                if let Some(rows) = d.pointer_mut("/meta_info/routed_experts") {
+                    *rows = Value::String("AAAAAA==".into());
+                }
+            }
+            r
+        }
+        let fired = seeds("merge_routed_experts_for_pd").iter().any(|(_, data)| {
+            catch_unwind(AssertUnwindSafe(|| check(data, wrong, Kinds::BOTH))).is_err()
+        });
+        assert!(fired);
+    }
+}
+
+// ------------------------------------------------- SGLang, structured pairs
+
+/// One structured SGLang pair from fuzz bytes, merged through the `Value`
+/// and the bytes path and held to a reference written from Q4 literally
+/// (widths searched up to 128, more than any input here has ids): a pair
+/// whose readings all keep the same decode ids merges to the prefill's ids
+/// followed by those; any other is an error that changes nothing.
+pub fn check_sglang_pair(data: &[u8]) {
+    use pd_stitch::{Stitch, Stitcher};
+    let byte = |i: usize| data.get(i).copied().unwrap_or(0);
+    let shape = byte(0);
+    let slot = byte(1) % 3;
+    let batch = slot == 0 && byte(1) & 0x80 != 0;
+    let items = if batch { 1 + usize::from(byte(2) % 3) } else { 1 };
+    let stitcher = match shape % 5 {
+        0 => Stitcher::new(),
+        n => Stitcher::new().row_shape(u64::from(n - 1), u64::from(1 + shape / 5 % 3)),
+    };
+    let width = match shape % 5 {
+        0 => None,
+        n => Some(u64::from(n - 1) * u64::from(1 + shape / 5 % 3)),
+    };
+    let b64 = |ids: &[i32]| {
+        base64::engine::general_purpose::STANDARD
+            .encode(ids.iter().flat_map(|i| i.to_le_bytes()).collect::<Vec<u8>>())
+    };
+    let output = |p: u64, c: u64, ids: &[i32]| -> Value {
+        let rows = Value::String(b64(ids));
+        match slot {
+            0 => serde_json::json!({"text": "x", "meta_info": {"prompt_tokens": p, "completion_tokens": c, "routed_experts": rows}}),
+            1 => serde_json::json!({"choices": [{"index": 0}], "usage": {"prompt_tokens": p, "completion_tokens": c}, "sglext": {"routed_experts": rows}}),
+            _ => serde_json::json!({"choices": [{"index": 0, "sgl_ext": {"routed_experts": rows}}], "usage": {"prompt_tokens": p, "completion_tokens": c}}),
+        }
+    };
+    let (mut prefill, mut decode, mut expected) = (Vec::new(), Vec::new(), Vec::new());
+    let mut all_merge = true;
+    for item in 0..items {
+        let at = 3 + 5 * item;
+        let prompt = u64::from(byte(at) % 17);
+        let c_p = u64::from(byte(at + 1) % 4);
+        let c_d = u64::from(byte(at + 2) % 25);
+        let i_p = u64::from(byte(at + 3) % 65);
+        let i_d = u64::from(byte(at + 4) % 97);
+        let pv: Vec<i32> = (0..i_p as i32).map(|i| 1 + i).collect();
+        let dv: Vec<i32> = (0..i_d as i32).map(|i| -1 - i).collect();
+        let mut kept = std::collections::BTreeSet::new();
+        if prompt + c_p > 0 && prompt + c_d > 0 && width != Some(0) {
+            let (cut, e_d) = (prompt + c_p - 1, prompt + c_d - 1);
+            let widths: Vec<u64> = width.map_or_else(|| (1..=128).collect(), |w| vec![w]);
+            for w in widths {
+                if i_p % w != 0 || i_d % w != 0 || i_p / w > cut || i_d / w > e_d {
+                    continue;
+                }
+                let (s_p, s_d) = (cut - i_p / w, e_d - i_d / w);
+                if s_p <= prompt && s_d <= prompt && (s_d == s_p || s_d == prompt) && s_d <= cut && cut <= e_d {
+                    kept.insert(w * (e_d - cut));
+                }
+            }
+        }
+        prefill.push(output(prompt, c_p, &pv));
+        decode.push(output(prompt, c_d, &dv));
+        if kept.len() == 1 {
+            let t = *kept.iter().next().unwrap_or(&0) as usize;
+            let mut ids = pv.clone();
+            ids.extend_from_slice(&dv[dv.len() - t..]);
+            expected.push(output(prompt, c_d, &ids));
+        } else {
+            all_merge = false;
+            expected.push(Value::Null);
+        }
+    }
+    let side = |items: Vec<Value>| if batch { Value::Array(items) } else { items.into_iter().next().unwrap_or(Value::Null) };
+    let (prefill, decode, expected) = (side(prefill), side(decode), side(expected));
+    let mut merged = decode.clone();
+    let result = stitcher.merge(&prefill, &mut merged, Stitch::ForPd);
+    let (ptext, dtext) = (serde_json::to_vec(&prefill).unwrap_or_default(), serde_json::to_vec(&decode).unwrap_or_default());
+    let mut out = dtext.clone();
+    let got = stitcher.merge_bytes(&ptext, &mut out, Stitch::ForPd);
+    assert!(got == result, "B1: bytes {got:?}, Value {result:?}");
+    if all_merge {
+        assert!(result == Ok(true), "Q4/Q5: a determined pair was refused: {result:?}");
+        assert!(merged == expected, "Q6: merged {merged} but the reference is {expected}");
+        assert!(
+            serde_json::from_slice::<Value>(&out).ok() == Some(merged),
+            "B1: the bytes output parses to another value"
+        );
+    } else {
+        let kind = result.as_ref().err().map(pd_stitch::Error::kind);
+        assert!(
+            matches!(kind, Some(pd_stitch::ErrorKind::Positions | pd_stitch::ErrorKind::Coverage)),
+            "Q4/Q5: an undetermined pair gave {result:?}"
+        );
+        assert!(merged == decode, "Q7: an error changed the decode");
+        assert!(out == dtext, "Q7/B4: an error changed the decode's bytes");
+    }
+
 }

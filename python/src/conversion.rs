@@ -68,6 +68,21 @@ pub(crate) fn skeleton(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
         };
         out.insert("choices".to_owned(), value);
     }
+    // SGLang's rows and counts (SPEC section 10): `usage` only counts
+    // OpenAI rows, so it is read only when there are some.
+    let openai = root.contains("sglext")?
+        || out
+            .get("choices")
+            .and_then(Value::as_array)
+            .is_some_and(|choices| choices.iter().any(|c| c.get("sgl_ext").is_some()));
+    for key in ["meta_info", "sglext", "usage"] {
+        if key == "usage" && !openai {
+            continue;
+        }
+        if let Some(value) = root.get_item(key)? {
+            out.insert(key.to_owned(), members(&value, SGLANG_KEYS, 1)?);
+        }
+    }
     Ok(Value::Object(out))
 }
 
@@ -81,8 +96,33 @@ pub(crate) fn choice_skeleton(choice: &Bound<'_, PyAny>) -> PyResult<Value> {
             out.insert(key.to_owned(), to_value(&value, 3)?);
         }
     }
+    // SGLang's older per-choice rows.
+    if let Some(ext) = dict.get_item("sgl_ext")? {
+        out.insert("sgl_ext".to_owned(), members(&ext, &[ROUTED_EXPERTS], 3)?);
+    }
     Ok(Value::Object(out))
 }
+
+/// Of an object, only the members `keys` (SGLang's rows and counts).
+fn members(obj: &Bound<'_, PyAny>, keys: &[&str], depth: usize) -> PyResult<Value> {
+    // Not an object: the merge finds no rows or counts there, and names
+    // nothing about it in an error.
+    let Ok(dict) = obj.cast::<PyDict>() else {
+        return Ok(Value::Null);
+    };
+    let mut out = Map::new();
+    for &key in keys {
+        if let Some(value) = dict.get_item(key)? {
+            out.insert(key.to_owned(), to_value(&value, depth + 1)?);
+        }
+    }
+    Ok(Value::Object(out))
+}
+
+/// The name SGLang's rows have in `meta_info`, `sglext` and `sgl_ext`.
+const ROUTED_EXPERTS: &str = "routed_experts";
+/// SGLang's rows and the counts that place them.
+const SGLANG_KEYS: &[&str] = &[ROUTED_EXPERTS, "prompt_tokens", "completion_tokens"];
 
 /// A JSON-like Python value as a `Value`, read as `serde_json` reads the text
 /// `json.dumps` writes for it: an int beyond `i64`/`u64` becomes a float.
@@ -217,6 +257,11 @@ pub(crate) fn merged_dict<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let original = original.cast::<PyDict>()?;
     let out = original.copy()?;
+    for key in ["meta_info", "sglext"] {
+        if let Some(value) = merged.get(key) {
+            set_rows(py, &out, key, value)?;
+        }
+    }
     let (Some(old), Some(Value::Array(new))) =
         (original.get_item("choices")?, merged.get("choices"))
     else {
@@ -232,10 +277,33 @@ pub(crate) fn merged_dict<'py>(
         };
         let copy = choice.copy()?;
         for (key, value) in fields {
-            copy.set_item(key, to_python(py, value)?)?;
+            if key == "sgl_ext" {
+                set_rows(py, &copy, key, value)?;
+            } else {
+                copy.set_item(key, to_python(py, value)?)?;
+            }
         }
         choices.append(copy)?;
     }
     out.set_item("choices", choices)?;
     Ok(out.into_any())
+}
+
+/// Gives `dict[key]` (`meta_info`, `sglext`, `sgl_ext`) the merged SGLang
+/// rows of `merged`, in a copy of that object: its other members shared.
+fn set_rows<'py>(
+    py: Python<'py>,
+    dict: &Bound<'py, PyDict>,
+    key: &str,
+    merged: &Value,
+) -> PyResult<()> {
+    let (Some(old), Some(rows)) = (dict.get_item(key)?, merged.get(ROUTED_EXPERTS)) else {
+        return Ok(());
+    };
+    let Ok(old) = old.cast::<PyDict>() else {
+        return Ok(());
+    };
+    let copy = old.copy()?;
+    copy.set_item(ROUTED_EXPERTS, to_python(py, rows)?)?;
+    dict.set_item(key, copy)
 }

@@ -33,12 +33,19 @@ fn field_names(fields: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<String>
     Ok(Some(names))
 }
 
-/// The `Stitcher` for `fields=` and `strict=`.
-pub(crate) fn stitcher(fields: Option<&Bound<'_, PyAny>>, strict: bool) -> PyResult<Stitcher> {
-    let stitcher = match field_names(fields)? {
+/// The `Stitcher` for `fields=`, `strict=` and `row_shape=`.
+pub(crate) fn stitcher(
+    fields: Option<&Bound<'_, PyAny>>,
+    strict: bool,
+    row_shape: Option<(u64, u64)>,
+) -> PyResult<Stitcher> {
+    let mut stitcher = match field_names(fields)? {
         None => Stitcher::new(),
         Some(names) => Stitcher::with_fields(names),
     };
+    if let Some((layers, top_k)) = row_shape {
+        stitcher = stitcher.row_shape(layers, top_k);
+    }
     Ok(if strict { stitcher.strict() } else { stitcher })
 }
 
@@ -50,9 +57,10 @@ fn merge<'py>(
     decode: &Bound<'py, PyAny>,
     fields: Option<&Bound<'py, PyAny>>,
     strict: bool,
+    row_shape: Option<(u64, u64)>,
     kind: Stitch,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let stitcher = stitcher(fields, strict)?;
+    let stitcher = stitcher(fields, strict, row_shape)?;
     let prefill_body = body(prefill, "prefill")?;
     match body(decode, "decode")? {
         Body::Text(decode_text) if decode.is_instance_of::<PyString>() => {
@@ -103,17 +111,20 @@ fn merge<'py>(
     }
 }
 
-/// Stitches `prefill` into `decode`, inline rows and rows by handle at once.
+/// Stitches `prefill` into `decode`: inline rows, rows by handle and
+/// SGLang's rows at once. `row_shape=(layers, top_k)` places SGLang's rows,
+/// which carry no shape.
 #[pyfunction]
-#[pyo3(signature = (prefill, decode, *, fields=None, strict=false))]
+#[pyo3(signature = (prefill, decode, *, fields=None, strict=false, row_shape=None))]
 pub(crate) fn merge_routed_experts_for_pd<'py>(
     py: Python<'py>,
     prefill: &Bound<'py, PyAny>,
     decode: &Bound<'py, PyAny>,
     fields: Option<&Bound<'py, PyAny>>,
     strict: bool,
+    row_shape: Option<(u64, u64)>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    merge(py, prefill, decode, fields, strict, Stitch::ForPd)
+    merge(py, prefill, decode, fields, strict, row_shape, Stitch::ForPd)
 }
 
 /// Stitches the payload segments (rows by handle) of `prefill` into `decode`.
@@ -126,7 +137,7 @@ pub(crate) fn merge_routed_payload_in_json<'py>(
     fields: Option<&Bound<'py, PyAny>>,
     strict: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
-    merge(py, prefill, decode, fields, strict, Stitch::Payload)
+    merge(py, prefill, decode, fields, strict, None, Stitch::Payload)
 }
 
 /// Stitches the inline `routed_experts` (compact or npy) of `prefill` into `decode`.
@@ -139,7 +150,7 @@ pub(crate) fn merge_routed_experts_in_json<'py>(
     fields: Option<&Bound<'py, PyAny>>,
     strict: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
-    merge(py, prefill, decode, fields, strict, Stitch::Inline)
+    merge(py, prefill, decode, fields, strict, None, Stitch::Inline)
 }
 
 /// Whether `prefill.choices[0]` carries rows to stitch.
@@ -150,7 +161,7 @@ pub(crate) fn prefill_has_routed_experts(
     prefill: &Bound<'_, PyAny>,
     fields: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<bool> {
-    let stitcher = stitcher(fields, false)?;
+    let stitcher = stitcher(fields, false, None)?;
     match body(prefill, "prefill")? {
         Body::Text(text) => py
             .detach(|| stitcher.prefill_bytes_has_routed_experts(&text))

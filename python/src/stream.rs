@@ -46,7 +46,7 @@ impl StreamStitcher {
         row_shape: Option<(u64, u64)>,
     ) -> PyResult<StreamStitcher> {
         let _ = row_shape;
-        let stitcher = stitcher(fields, strict)?;
+        let stitcher = stitcher(fields, strict, None)?;
         let text = match body(prefill, "prefill")? {
             Body::Text(text) => text.into_owned(),
             Body::Dict => {

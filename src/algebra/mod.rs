@@ -18,6 +18,7 @@ mod dtype;
 mod extent;
 mod layout;
 mod merge;
+mod positions;
 mod rows;
 mod segment;
 
@@ -26,5 +27,6 @@ pub use dtype::{Dtype, UnknownDtype};
 pub use extent::Extent;
 pub use layout::{check_layout, LayoutProblem};
 pub use merge::{cut, merge_segments, Cuts, MissingField};
+pub use positions::{Convention, PositionProblem};
 pub use rows::Rows;
 pub use segment::{row_bytes, Overflow, Segment};

@@ -7,8 +7,10 @@
 //! strings, numbers that fit an `f64`, and nesting at most 127 arrays or
 //! objects deep. It builds no value: it records a [`Node`] (type, text span,
 //! key) for the values on the paths a merge reads, `choices[i].payload` and
-//! `choices[i].routed_experts` in full and the keys above them, and only
-//! validates everything else. A node's subtree is laid out after it, so a
+//! `choices[i].routed_experts` in full and the keys above them, the members
+//! of `meta_info`, `sglext`, `usage` and `choices[i].sgl_ext` (SGLang's rows
+//! and counts), in the response or in each element of a response that is an
+//! array, and only validates everything else. A node's subtree is laid out after it, so a
 //! node's children are found by skipping subtrees.
 
 use std::borrow::Cow;
@@ -71,8 +73,15 @@ enum Record {
     Root,
     /// `choices`: its elements, as choices.
     Choices,
-    /// One choice: its members, `payload` and `routed_experts` in full.
+    /// One choice: its members, `payload` and `routed_experts` in full,
+    /// `sgl_ext` one level further.
     Choice,
+    /// An element of a response that is an array (an SGLang batch): as the
+    /// response's members.
+    Item,
+    /// An object whose members SGLang's rows are placed by (`meta_info`,
+    /// `sglext`, `usage`, `sgl_ext`): its members, not their children.
+    Members,
     /// Everything below.
     Deep,
     /// The value itself, not its children.
@@ -85,9 +94,15 @@ impl Record {
     /// What to record of the member `key` of an object recorded as `self`.
     fn member(self, key: &[u8]) -> Record {
         match self {
-            Record::Root if key == b"choices" => Record::Choices,
+            Record::Root | Record::Item if key == b"choices" => Record::Choices,
+            Record::Root | Record::Item
+                if key == b"meta_info" || key == b"sglext" || key == b"usage" =>
+            {
+                Record::Members
+            }
             Record::Choice if key == b"payload" || key == ROUTED_EXPERTS.as_bytes() => Record::Deep,
-            Record::Root | Record::Choice => Record::Opaque,
+            Record::Choice if key == b"sgl_ext" => Record::Members,
+            Record::Root | Record::Item | Record::Choice | Record::Members => Record::Opaque,
             Record::Deep => Record::Deep,
             Record::Choices | Record::Opaque | Record::Skip => Record::Skip,
         }
@@ -96,6 +111,7 @@ impl Record {
     /// What to record of an element of an array recorded as `self`.
     fn element(self) -> Record {
         match self {
+            Record::Root => Record::Item,
             Record::Choices => Record::Choice,
             Record::Deep => Record::Deep,
             _ => Record::Skip,
@@ -317,7 +333,12 @@ impl Scanner<'_> {
     fn children(record: Record) -> bool {
         matches!(
             record,
-            Record::Root | Record::Choices | Record::Choice | Record::Deep
+            Record::Root
+                | Record::Item
+                | Record::Choices
+                | Record::Choice
+                | Record::Members
+                | Record::Deep
         )
     }
 
@@ -1398,6 +1419,40 @@ mod tests {
         }
     }
 
+    /// SGLang's slots: each element of a response that is an array, and
+    /// the members (not deeper) of `meta_info`, `sglext` and `sgl_ext`.
+    #[test]
+    fn records_sglang_slots_and_only_their_members() {
+        let text = br#"[{"text": "t", "meta_info": {"prompt_tokens": 2, "routed_experts": "AAAA", "logs": [1]}}, 7]"#;
+        let doc = Doc::scan(text).unwrap();
+        let spans: Vec<&str> = doc
+            .nodes
+            .iter()
+            .map(|n| std::str::from_utf8(&text[n.span.clone()]).unwrap())
+            .collect();
+        assert_eq!(
+            spans,
+            [
+                std::str::from_utf8(text).unwrap(),
+                r#"{"text": "t", "meta_info": {"prompt_tokens": 2, "routed_experts": "AAAA", "logs": [1]}}"#,
+                "\"t\"",
+                r#"{"prompt_tokens": 2, "routed_experts": "AAAA", "logs": [1]}"#,
+                "2",
+                "\"AAAA\"",
+                "[1]",
+                "7",
+            ]
+        );
+        assert!(!doc.nodes[6].indexed, "a member of meta_info is opaque");
+        let text = br#"{"choices": [{"sgl_ext": {"routed_experts": "AAAA", "x": {"y": 1}}}]}"#;
+        let doc = Doc::scan(text).unwrap();
+        assert_eq!(
+            doc.nodes.len(),
+            6,
+            "root, choices, choice, sgl_ext, its two members"
+        );
+    }
+
     #[test]
     fn records_the_merge_paths_and_only_them() {
         let text = br#"{"id": "x", "choices": [{"logprobs": [1, 2], "payload": [{"pos": 1}], "routed_experts": null}], "usage": {"a": 1}}"#;
@@ -1419,7 +1474,9 @@ mod tests {
                 r#"{"pos": 1}"#,
                 "1",
                 "null",
+                // usage's members place SGLang's rows (its counts).
                 r#"{"a": 1}"#,
+                "1",
             ]
         );
         assert!(!doc.nodes[4].indexed, "logprobs is opaque");

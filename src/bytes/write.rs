@@ -29,6 +29,12 @@ pub(crate) fn edits<'p>(
     doc: &Doc<'_>,
 ) -> Vec<Edit<'p>> {
     let mut edits = Vec::new();
+    for merged in &plan.sglang {
+        let prefill_text = merged.slot.rows(prefill).and_then(View::as_bytes);
+        if let Some(node) = merged.slot.rows(ScannedValue::root(doc)) {
+            edits.push(text_edit(&merged.text, prefill_text.as_ref(), node));
+        }
+    }
     let prefill_text = prefill_rows(prefill).and_then(rows_text);
     let choices = ScannedValue::root(doc)
         .get("choices")

@@ -46,6 +46,10 @@ pub struct CompareArgs {
     /// merged response's prefill segments).
     #[arg(long, value_name = "N")]
     prompt_len: Option<u64>,
+    /// Read SGLang's rows with this row shape, LAYERSxTOP_K (each element
+    /// of a /generate batch array is a choice).
+    #[arg(long, value_name = "LxK", value_parser = super::row_shape)]
+    row_shape: Option<(u64, u64)>,
     /// Print the report as one JSON object.
     #[arg(long)]
     json: bool,
@@ -65,6 +69,7 @@ pub fn run(args: CompareArgs, quiet: bool) -> Result<ExitCode, String> {
         root_b,
         allow,
         prompt_len,
+        row_shape,
         json,
         svg,
     } = args;
@@ -72,6 +77,7 @@ pub fn run(args: CompareArgs, quiet: bool) -> Result<ExitCode, String> {
         choice,
         field,
         prompt_len,
+        row_shape,
         ..compare::Options::default()
     };
     let stores = (|| Ok::<_, String>([store(&root_a, &allow)?, store(&root_b, &allow)?]))();

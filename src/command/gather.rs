@@ -32,6 +32,10 @@ pub struct GatherArgs {
     /// Write the rows as a .npy file instead of printing a summary.
     #[arg(long, value_name = "OUT.npy")]
     npy: Option<PathBuf>,
+    /// Read SGLang's rows (meta_info, sglext, sgl_ext; --choice is the
+    /// batch element) with this row shape, LAYERSxTOP_K.
+    #[arg(long, value_name = "LxK", value_parser = super::row_shape)]
+    row_shape: Option<(u64, u64)>,
 }
 
 pub fn run(args: GatherArgs) -> Result<ExitCode, String> {
@@ -42,10 +46,15 @@ pub fn run(args: GatherArgs) -> Result<ExitCode, String> {
         root,
         allow,
         npy,
+        row_shape,
     } = args;
     let store = confined(&root, &allow)?;
-    let rows = gather::gather_from(&read_json(&response)?, choice, &field, &store)
-        .map_err(|e| e.to_string())?;
+    let response = read_json(&response)?;
+    let rows = match row_shape {
+        Some((layers, top_k)) => gather::gather_sglang(&response, choice, layers, top_k),
+        None => gather::gather_from(&response, choice, &field, &store),
+    }
+    .map_err(|e| e.to_string())?;
     match npy {
         Some(out) => {
             let file = rows.to_npy().map_err(|e| e.to_string())?;
@@ -55,6 +64,7 @@ pub fn run(args: GatherArgs) -> Result<ExitCode, String> {
             let source = match rows.source() {
                 Source::Files => "files".to_owned(),
                 Source::Inline(form) => format!("inline {form}"),
+                Source::Sglang => "sglang".to_owned(),
             };
             println!("choice     {choice}");
             println!("field      {field}");

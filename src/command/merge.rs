@@ -26,6 +26,10 @@ pub struct MergeArgs {
     /// segments out of position order, mixed row shapes or dtype kinds).
     #[arg(long)]
     strict: bool,
+    /// SGLang's row shape, LAYERSxTOP_K (e.g. 48x8): places SGLang's rows,
+    /// which carry no shape.
+    #[arg(long, value_name = "LxK", value_parser = super::row_shape)]
+    row_shape: Option<(u64, u64)>,
     /// Write the merged response here instead of stdout.
     #[arg(short, long, value_name = "OUT")]
     output: Option<PathBuf>,
@@ -42,11 +46,16 @@ pub fn run(args: MergeArgs) -> Result<ExitCode, String> {
         decode,
         fields,
         strict,
+        row_shape,
         output,
         pretty,
     } = args;
     let stitcher = fields.into_iter().fold(Stitcher::new(), Stitcher::field);
     let stitcher = if strict { stitcher.strict() } else { stitcher };
+    let stitcher = match row_shape {
+        Some((layers, top_k)) => stitcher.row_shape(layers, top_k),
+        None => stitcher,
+    };
     merge(&stitcher, &prefill, &decode, output, pretty)
 }
 

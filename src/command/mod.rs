@@ -35,3 +35,16 @@ pub fn read_json(path: &Path) -> Result<Value, String> {
 pub fn read_bytes(path: &Path) -> Result<Vec<u8>, String> {
     fs::read(path).map_err(|e| format!("{}: {e}", path.display()))
 }
+
+/// `LAYERSxTOP_K`, e.g. `48x8`: SGLang's row shape (`--row-shape`).
+pub fn row_shape(text: &str) -> Result<(u64, u64), String> {
+    let (layers, top_k) = text
+        .split_once(['x', 'X', ','])
+        .ok_or_else(|| format!("{text:?}: expected LAYERSxTOP_K, e.g. 48x8"))?;
+    let number = |n: &str| {
+        n.trim()
+            .parse::<u64>()
+            .map_err(|e| format!("{text:?}: {n:?} is not a count ({e})"))
+    };
+    Ok((number(layers)?, number(top_k)?))
+}

@@ -34,7 +34,7 @@ use serde_json::Value;
 
 use crate::algebra::{Dtype, Rows};
 use crate::fields::ROUTED_EXPERTS;
-use crate::gather::{gather_runs_from, GatherError, Gathered, Store};
+use crate::gather::{gather_runs_from, gather_sglang, GatherError, Gathered, Store};
 
 pub use report::{Cell, Cells, ChoiceReport, Difference, PromptLen, PromptSource, Region, Report};
 
@@ -51,6 +51,10 @@ pub struct Options {
     pub prompt_len: Option<u64>,
     /// How many differing positions to keep with their rows (default 10).
     pub max_differences: usize,
+    /// SGLang's row shape `(layers, top_k)`: with it, a side's SGLang rows
+    /// (`meta_info`, `sglext`, `sgl_ext`; each element of a `/generate`
+    /// batch array counts as a choice) are read; without it, only vLLM's.
+    pub row_shape: Option<(u64, u64)>,
 }
 
 impl Default for Options {
@@ -59,6 +63,7 @@ impl Default for Options {
             choice: None,
             field: ROUTED_EXPERTS.to_owned(),
             prompt_len: None,
+            row_shape: None,
             max_differences: 10,
         }
     }
@@ -188,8 +193,8 @@ pub fn compare(
     };
     let mut any_rows = false;
     for choice in choices {
-        let rows_a = read_side(a, store_a, choice, field, Which::A)?;
-        let rows_b = read_side(b, store_b, choice, field, Which::B)?;
+        let rows_a = read_side(a, store_a, choice, field, options.row_shape, Which::A)?;
+        let rows_b = read_side(b, store_b, choice, field, options.row_shape, Which::B)?;
         any_rows |= rows_a.is_some() || rows_b.is_some();
         let prompt = prompt_len(options.prompt_len, a, b, choice, field);
         report.choices.push(compare_choice(
@@ -212,6 +217,9 @@ pub fn compare(
 /// The length of `response.choices`; 1 when it is not an array, so that
 /// reading choice 0 reports the malformed response.
 fn choice_count(response: &Value) -> usize {
+    if let Value::Array(items) = response {
+        return items.len(); // an SGLang batch: its outputs
+    }
     response
         .get("choices")
         .and_then(Value::as_array)
@@ -225,9 +233,22 @@ fn read_side(
     store: &Store,
     choice: usize,
     field: &str,
+    row_shape: Option<(u64, u64)>,
     side: Which,
 ) -> Result<Option<Vec<Gathered>>, CompareError> {
     let error = |source| CompareError::Gather { side, source };
+    if let Some((layers, top_k)) = row_shape {
+        match gather_sglang(response, choice, layers, top_k) {
+            Ok(rows) => return Ok(Some(vec![rows])),
+            Err(GatherError::NoRows { .. }) => {}
+            Err(other) => return Err(error(other)),
+        }
+    }
+    if let Value::Array(items) = response {
+        if choice >= items.len() {
+            return Ok(None);
+        }
+    }
     if let Some(choices) = response.get("choices").and_then(Value::as_array) {
         if choice >= choices.len() {
             return Ok(None);
@@ -250,7 +271,13 @@ fn prompt_len(
     choice: usize,
     field: &str,
 ) -> Option<PromptLen> {
-    let usage = |r: &Value| r.get("usage")?.get("prompt_tokens")?.as_u64();
+    let usage = |r: &Value| {
+        r.get("usage")
+            .or_else(|| r.get("meta_info"))
+            .or_else(|| r.get(choice)?.get("meta_info"))?
+            .get("prompt_tokens")?
+            .as_u64()
+    };
     let found = given
         .map(|n| (n, PromptSource::Given))
         .or_else(|| usage(a).map(|n| (n, PromptSource::Usage(Which::A))))

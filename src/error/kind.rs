@@ -72,11 +72,13 @@ pub enum ErrorKind {
     StreamUnfinished,
     /// [`Error::StreamClosed`](crate::Error::StreamClosed).
     StreamClosed,
+    /// [`Error::Positions`](crate::Error::Positions).
+    Positions,
 }
 
 impl ErrorKind {
     /// Every kind, in the order of the variants of [`Error`](crate::Error).
-    pub const ALL: [ErrorKind; 20] = [
+    pub const ALL: [ErrorKind; 21] = [
         ErrorKind::Structure,
         ErrorKind::Integer,
         ErrorKind::Dtype,
@@ -97,6 +99,7 @@ impl ErrorKind {
         ErrorKind::StreamUnstitched,
         ErrorKind::StreamUnfinished,
         ErrorKind::StreamClosed,
+        ErrorKind::Positions,
     ];
 
     /// The kind's name, which is its variant's: `"MissingPrefillField"`.
@@ -122,6 +125,7 @@ impl ErrorKind {
             ErrorKind::StreamUnstitched => "StreamUnstitched",
             ErrorKind::StreamUnfinished => "StreamUnfinished",
             ErrorKind::StreamClosed => "StreamClosed",
+            ErrorKind::Positions => "Positions",
         }
     }
 }

@@ -26,10 +26,21 @@ pub use location::{Location, Side, Step};
 
 use location::root_of;
 
-use crate::algebra::{Dtype, LayoutProblem, Overflow, Rows, SupportedNames};
+use crate::algebra::{Dtype, LayoutProblem, Overflow, PositionProblem, Rows, SupportedNames};
 use crate::inline::base64::Base64Error;
 use crate::inline::form::Form;
 use crate::inline::npy::NpyError;
+
+/// What [`Error::MissingDecodeRows`] says: of a vLLM choice's inline rows,
+/// or of SGLang rows in another place.
+fn missing_decode_rows(at: &Location) -> &'static str {
+    match at.path() {
+        [Step::Key(choices), Step::Index(_), Step::Key(_)] if choices == "choices" => {
+            "the prefill has inline routed_experts but this decode choice has none"
+        }
+        _ => "the prefill has routed_experts rows here but the decode has none",
+    }
+}
 
 /// Why a merge failed. On any of these the decode response is left exactly as
 /// it was.
@@ -110,9 +121,10 @@ pub enum Error {
         /// The field.
         field: String,
     },
-    /// The prefill has inline rows but this decode choice has none.
+    /// The prefill has inline rows (or SGLang rows in this place) but this
+    /// decode choice (or place) has none.
     #[non_exhaustive]
-    #[error("{at}: the prefill has inline routed_experts but this decode choice has none")]
+    #[error("{at}: {}", missing_decode_rows(at))]
     MissingDecodeRows {
         /// The decode choice's `routed_experts`.
         at: Location,
@@ -291,6 +303,17 @@ pub enum Error {
         /// Whether it failed (else it was finished).
         failed: bool,
     },
+    /// SGLang rows whose positions the responses do not determine: the
+    /// token counts and the rows' lengths place them nowhere, or in more
+    /// than one way (SPEC section 10).
+    #[non_exhaustive]
+    #[error("{at}: {problem}")]
+    Positions {
+        /// The value at fault: the rows, or a token count.
+        at: Location,
+        /// Why, with the numbers it comes from.
+        problem: PositionProblem,
+    },
 }
 
 impl Error {
@@ -312,6 +335,7 @@ impl Error {
             Error::DtypeMismatch { .. } => ErrorKind::DtypeMismatch,
             Error::Coverage { .. } => ErrorKind::Coverage,
             Error::Layout { .. } => ErrorKind::Layout,
+            Error::Positions { .. } => ErrorKind::Positions,
             Error::Json { .. } => ErrorKind::Json,
             Error::StreamEvent { .. } => ErrorKind::StreamEvent,
             Error::StreamRowsRepeated { .. } => ErrorKind::StreamRowsRepeated,
@@ -337,7 +361,8 @@ impl Error {
             | Error::RowShapeMismatch { at, .. }
             | Error::DtypeMismatch { at, .. }
             | Error::Coverage { at, .. }
-            | Error::Layout { at, .. } => at,
+            | Error::Layout { at, .. }
+            | Error::Positions { at, .. } => at,
             Error::Json { side, .. } => root_of(*side),
             Error::StreamEvent { error, .. } => error.location(),
             Error::StreamRowsRepeated { .. }

@@ -32,7 +32,7 @@ mod store;
 
 pub use check::{check, check_from};
 pub use error::{GatherError, GatherErrorKind};
-pub use read::{gather, gather_from, gather_runs_from, Gathered, Source};
+pub use read::{gather, gather_from, gather_runs_from, gather_sglang, Gathered, Source};
 pub use report::{CheckReport, FieldReport};
 pub use store::{Confinement, Store};
 

@@ -35,6 +35,9 @@ pub enum Source {
     Files,
     /// Inline `routed_experts` of this form.
     Inline(Form),
+    /// SGLang's rows (`meta_info`, `sglext` or `sgl_ext`), placed with the
+    /// row shape given.
+    Sglang,
 }
 
 impl Gathered {
@@ -420,5 +423,36 @@ fn layout<'s>(
         positions,
         dtype,
         shape: first.shape().to_vec(),
+    })
+}
+
+/// SGLang's rows of item `item` (the response, or an element of a batch
+/// array), placed with rows of `layers x top_k` ids: `int32` rows of shape
+/// `[layers, top_k]` at the positions the response's counts give (SPEC
+/// section 10).
+///
+/// # Errors
+///
+/// [`GatherError::NoRows`] when the item has no SGLang rows; the merge's
+/// errors for them ([`GatherError::Json`]) when they or their counts are
+/// malformed or do not fit the row shape.
+pub fn gather_sglang(
+    response: &Value,
+    item: usize,
+    layers: u64,
+    top_k: u64,
+) -> Result<Gathered, GatherError> {
+    let rows = crate::sglang::read_rows(response, item, layers, top_k)?.ok_or_else(|| {
+        GatherError::NoRows {
+            choice: item,
+            field: ROUTED_EXPERTS.to_owned(),
+        }
+    })?;
+    Ok(Gathered {
+        positions: rows.positions,
+        dtype: Dtype::Int32,
+        shape: vec![layers, top_k],
+        data: rows.ids.iter().flat_map(|id| id.to_le_bytes()).collect(),
+        source: Source::Sglang,
     })
 }

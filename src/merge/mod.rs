@@ -20,7 +20,7 @@ use crate::error::{Error, Location, Side};
 use crate::fields::DEFAULT_FIELDS;
 use crate::json::choice_at;
 use crate::view::{describe_view, Kind, View};
-use crate::{handle, inline, Stitch};
+use crate::{handle, inline, sglang, Stitch};
 
 /// How the free functions merge what `what` names: the default fields, not
 /// strict.
@@ -29,6 +29,7 @@ pub(crate) fn default_spec(what: Stitch) -> Spec<'static, &'static str> {
         fields: DEFAULT_FIELDS,
         what,
         strict: false,
+        row_shape: None,
     }
 }
 
@@ -40,6 +41,8 @@ pub(crate) struct Spec<'f, S> {
     pub(crate) fields: &'f [S],
     pub(crate) what: Stitch,
     pub(crate) strict: bool,
+    /// SGLang's `(layers, top_k)`, when the caller knows it.
+    pub(crate) row_shape: Option<(u64, u64)>,
 }
 
 /// Everything a merge writes: the prefill's segments to put in front of every
@@ -49,6 +52,8 @@ pub(crate) struct Plan<V> {
     pub(crate) by_handle: Option<handle::PrefillSegments<V>>,
     /// What each decode choice gets, in choice order.
     pub(crate) choices: Vec<ChoicePlan>,
+    /// The merged SGLang rows of each decode slot that has them.
+    pub(crate) sglang: Vec<sglang::Merged>,
 }
 
 /// What each kind writes into one decode choice.
@@ -73,6 +78,7 @@ where
         fields,
         what,
         strict,
+        row_shape,
     } = spec;
     let inline = if what.inline() {
         inline::PrefillRows::read(prefill)?
@@ -94,8 +100,25 @@ where
             return Err(err);
         }
     }
+    let sglang = if what.sglang() {
+        sglang::Prefill::read(prefill)?
+    } else {
+        None
+    };
+    if what.sglang() && sglang.is_none() {
+        if let Some(err) = sglang::first_orphan(decode) {
+            return Err(err);
+        }
+    }
     if inline.is_none() && by_handle.is_none() {
-        return Ok(None);
+        return match sglang {
+            None => Ok(None),
+            Some(sglang) => Ok(Some(Plan {
+                by_handle: None,
+                choices: Vec::new(),
+                sglang: sglang.plan(decode, row_shape)?,
+            })),
+        };
     }
 
     // Strict mode: the layout rule on each choice's planned merged segments,
@@ -121,7 +144,15 @@ where
                 .transpose()?,
         });
     }
-    Ok(Some(Plan { by_handle, choices }))
+    let sglang = match sglang {
+        None => Vec::new(),
+        Some(sglang) => sglang.plan(decode, row_shape)?,
+    };
+    Ok(Some(Plan {
+        by_handle,
+        choices,
+        sglang,
+    }))
 }
 
 /// The elements of `decode.choices`, which must be an array in an object

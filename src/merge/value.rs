@@ -11,7 +11,9 @@ use crate::fields::ROUTED_EXPERTS;
 use crate::handle::Fate;
 use crate::inline::{rows_text, Merged, Text};
 use crate::response::prefill_rows;
+use crate::sglang::{Place, Slot};
 use crate::splice;
+use crate::view::View;
 
 /// Stitches the enabled kinds of rows of `prefill` into `decode`: plans, then
 /// writes. On error `decode` is untouched.
@@ -29,6 +31,12 @@ pub(crate) fn merge<S: AsRef<str>>(
 
 /// Writes `plan` into `decode`, which it was made from. Cannot fail.
 fn apply(plan: Plan<&Value>, prefill: &Value, decode: &mut Value) {
+    for merged in &plan.sglang {
+        let prefill_text = merged.slot.rows(prefill).and_then(View::as_bytes);
+        if let Some(Value::String(text)) = sglang_rows_mut(merged.slot, decode) {
+            write_text(&merged.text, prefill_text.as_ref(), text);
+        }
+    }
     let prefill_text = prefill_rows(prefill).and_then(rows_text);
     let Some(Value::Array(choices)) = decode.get_mut("choices") else {
         return;
@@ -131,4 +139,21 @@ fn write_text(text: &Text, prefill_text: Option<&Cow<'_, [u8]>>, string: &mut St
     // of memory): they are the string's own and base64 characters.
     *string = String::from_utf8(buf)
         .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+}
+
+/// The decode's rows value of an SGLang `slot`, to write into.
+fn sglang_rows_mut(slot: Slot, decode: &mut Value) -> Option<&mut Value> {
+    let item = match slot.item {
+        None => decode,
+        Some(i) => decode.get_mut(i)?,
+    };
+    match slot.place {
+        Place::Generate => item.get_mut("meta_info")?.get_mut(ROUTED_EXPERTS),
+        Place::Sglext => item.get_mut("sglext")?.get_mut(ROUTED_EXPERTS),
+        Place::SglExt => item
+            .get_mut("choices")?
+            .get_mut(0)?
+            .get_mut("sgl_ext")?
+            .get_mut(ROUTED_EXPERTS),
+    }
 }

@@ -499,6 +499,107 @@ fn simulate_runs_and_says_so() {
     }
 }
 
+/// `simulate --engine sglang`: both conventions, every request right, and
+/// with `--dir` the responses kept; `merge --row-shape` stitches what it
+/// wrote to the colocated answer, and without the shape an ambiguous pair
+/// is one line and exit 1.
+#[test]
+fn simulate_sglang_runs_and_merge_reads_what_it_wrote() {
+    let dir = scratch("sglang");
+    let out = pd_stitch(&[
+        "simulate",
+        "--engine",
+        "sglang",
+        "--requests",
+        "12",
+        "--seed",
+        "5",
+        "--dir",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("all 12 requests bitwise equal to the colocated truth in both conventions"),
+        "{text}"
+    );
+    for convention in ["full-length", "suffix-only"] {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(convention) && l.matches("12/12").count() == 2),
+            "{convention}: {text}"
+        );
+    }
+    // The first request's suffix-only pair, merged by the command.
+    let req = dir.join("req-0000");
+    let shape = {
+        // The simulator's shapes: find the one that merges to the colocated answer.
+        ["4x2", "8x4", "16x8", "48x8"].into_iter().find(|shape| {
+            let out = pd_stitch(&[
+                "merge",
+                req.join("prefill.json").to_str().unwrap(),
+                req.join("decode-suffix.json").to_str().unwrap(),
+                "--row-shape",
+                shape,
+            ]);
+            out.status.success()
+                && serde_json::from_slice::<Value>(&out.stdout).ok()
+                    == Some(read(req.join("colocated.json").to_str().unwrap()))
+        })
+    };
+    let shape = shape.expect("a row shape merges req-0000 to its colocated answer");
+    let path = |name: &str| req.join(name).to_str().unwrap().to_owned();
+    // compare tells the merged rows (equal) from the unmerged full-length
+    // decode's (its prompt rows differ, and only those).
+    let out = pd_stitch(&[
+        "compare",
+        &path("merged-full.json"),
+        &path("colocated.json"),
+        "--row-shape",
+        shape,
+    ]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let out = pd_stitch(&[
+        "compare",
+        &path("decode-full.json"),
+        &path("colocated.json"),
+        "--row-shape",
+        shape,
+        "--json",
+    ]);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let choice = &report["choices"][0];
+    let (prompt, completion) = (&choice["prompt"], &choice["completion"]);
+    assert_eq!(completion["equal_rows"], completion["compared"], "{choice}");
+    if prompt["compared"].as_u64().unwrap() > 0 {
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert_eq!(prompt["equal_rows"], 0, "{choice}");
+    }
+    // gather reads them back.
+    let out = pd_stitch(&[
+        "gather",
+        &path("merged-suffix.json"),
+        "--choice",
+        "0",
+        "--row-shape",
+        shape,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("source     sglang"),
+        "{}",
+        stdout(&out)
+    );
+    let out = pd_stitch(&["merge", "a", "b", "--row-shape", "48"]);
+    assert_eq!(out.status.code(), Some(2), "a usage error");
+    assert!(
+        stderr(&out).contains("expected LAYERSxTOP_K"),
+        "{}",
+        stderr(&out)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A scratch directory for one test.
 fn scratch(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("pd-stitch-cli-{name}-{}", std::process::id()));

@@ -416,3 +416,124 @@ fn every_small_inline_compact_pair_obeys_every_law() {
     println!("inline compact: {cases} cases checked");
     assert_eq!(cases, 2 * 4 * 16 * 25);
 }
+
+/// SGLang's rows (SPEC section 10, Q4-Q6): every pair within a small
+/// scope (prompt 1-4 tokens, the prefill reporting 1-2 generated, the
+/// decode 1-5; 0-12 prefill ids and 0-16 decode ids; no row shape, or
+/// widths 1-3), through the `Value` and the bytes path, against a reference
+/// written here from Q4 literally: a reading is a width (the given one, or
+/// any) under which each side's rows start in `[0, prompt]`, the decode's
+/// at the prefill's start or the prompt's end, covering the cut. One merged
+/// output over all readings: merged to it; none or several: an error, and
+/// the decode untouched.
+#[test]
+fn every_small_sglang_pair_obeys_every_law() {
+    use pd_stitch::{Stitch, Stitcher};
+    let b64 = |ids: &[i32]| {
+        STANDARD.encode(
+            ids.iter()
+                .flat_map(|i| i.to_le_bytes())
+                .collect::<Vec<u8>>(),
+        )
+    };
+    let out = |p: u64, c: u64, ids: &[i32]| json!({"text": "", "meta_info": {"prompt_tokens": p, "completion_tokens": c, "routed_experts": b64(ids)}});
+    let mut cases = 0u64;
+    let mut merged_count = 0u64;
+    for prompt in 1..=4u64 {
+        for c_p in 1..=2u64 {
+            for c_d in 1..=5u64 {
+                for i_p in 0..=12u64 {
+                    for i_d in 0..=16u64 {
+                        for shape in [None, Some(1u64), Some(2), Some(3)] {
+                            cases += 1;
+                            let (cut, e_d) = (prompt + c_p - 1, prompt + c_d - 1);
+                            // The reference: every reading's kept ids.
+                            let widths: Vec<u64> = match shape {
+                                Some(w) => vec![w],
+                                None => (1..=64).collect(),
+                            };
+                            let mut kept = std::collections::BTreeSet::new();
+                            for w in widths {
+                                if i_p % w != 0 || i_d % w != 0 || i_p / w > cut || i_d / w > e_d {
+                                    continue;
+                                }
+                                let (s_p, s_d) = (cut - i_p / w, e_d - i_d / w);
+                                if s_p <= prompt
+                                    && s_d <= prompt
+                                    && (s_d == s_p || s_d == prompt)
+                                    && s_d <= cut
+                                    && cut <= e_d
+                                {
+                                    kept.insert(w * (e_d - cut));
+                                }
+                            }
+                            let pv: Vec<i32> = (0..i_p as i32).map(|i| 10 + i).collect();
+                            let dv: Vec<i32> = (0..i_d as i32).map(|i| -100 - i).collect();
+                            let prefill = out(prompt, c_p, &pv);
+                            let before = out(prompt, c_d, &dv);
+                            let stitcher = match shape {
+                                Some(w) => Stitcher::new().row_shape(1, w),
+                                None => Stitcher::new(),
+                            };
+                            let mut after = before.clone();
+                            let result = stitcher.merge(&prefill, &mut after, Stitch::ForPd);
+                            // B1, B4 through the bytes path.
+                            let (ptext, dtext) = (
+                                serde_json::to_vec(&prefill).unwrap(),
+                                serde_json::to_vec(&before).unwrap(),
+                            );
+                            let mut bytes_out = dtext.clone();
+                            let got = stitcher.merge_bytes(&ptext, &mut bytes_out, Stitch::ForPd);
+                            let label =
+                                format!("P {prompt} Cp {c_p} Cd {c_d} ids {i_p}/{i_d} w {shape:?}");
+                            assert_eq!(got, result, "{label}");
+                            if kept.len() == 1 {
+                                let t = *kept.iter().next().unwrap() as usize;
+                                assert_eq!(result, Ok(true), "{label}");
+                                let mut expected = pv.clone();
+                                expected.extend_from_slice(&dv[dv.len() - t..]);
+                                assert_eq!(
+                                    after["meta_info"]["routed_experts"],
+                                    b64(&expected),
+                                    "{label}"
+                                );
+                                assert_eq!(
+                                    serde_json::from_slice::<Value>(&bytes_out).unwrap(),
+                                    after,
+                                    "{label}"
+                                );
+                                merged_count += 1;
+                            } else {
+                                let err = result.expect_err(&label);
+                                assert!(
+                                    matches!(
+                                        err.kind(),
+                                        pd_stitch::ErrorKind::Positions
+                                            | pd_stitch::ErrorKind::Coverage
+                                    ),
+                                    "{label}: {err}"
+                                );
+                                if shape.is_none() {
+                                    let ambiguous = matches!(
+                                        err,
+                                        Error::Positions {
+                                            problem:
+                                                pd_stitch::algebra::PositionProblem::Ambiguous { .. },
+                                            ..
+                                        }
+                                    );
+                                    assert_eq!(ambiguous, kept.len() > 1, "{label}: {err}");
+                                }
+                                assert_eq!(after, before, "{label}");
+                                assert_eq!(bytes_out, dtext, "{label}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    println!("sglang: {cases} cases checked, {merged_count} merged");
+    assert_eq!(cases, 4 * 2 * 5 * 13 * 17 * 4);
+    assert!(merged_count > 1000, "{merged_count}");
+}

@@ -32,6 +32,7 @@ mod router_http;
 #[cfg(feature = "testing")]
 mod router_testing;
 mod rules;
+mod sglang;
 #[cfg(feature = "cli")]
 mod sim;
 mod stability;

@@ -564,3 +564,140 @@ fn uint16_cases_route_to_experts_above_255() {
     });
     assert!(wide, "a uint16 case with every id below 256");
 }
+
+// ----------------------------------------------------------------------------
+// SGLang (SPEC section 10, V5-V6).
+// ----------------------------------------------------------------------------
+
+mod sglang_routers {
+    use super::*;
+    use base64::engine::general_purpose::STANDARD;
+    use base64::Engine;
+    use pd_stitch::algebra::Convention;
+    use pd_stitch::testing::sglang::{self, Api};
+    use pd_stitch::{Stitch, Stitcher};
+
+    /// A faithful SGLang router: the crate's merge with the model's shape.
+    fn router(case: &sglang::Case) -> Value {
+        let stitcher = Stitcher::new().row_shape(case.shape.layers, case.shape.top_k);
+        let mut merged = case.decode.clone();
+        stitcher
+            .merge(&case.prefill, &mut merged, Stitch::ForPd)
+            .expect("generated pairs stitch");
+        merged
+    }
+
+    /// Miles' splice (F7): the prefill's bytes over the head of the
+    /// decode's, `prefill ++ decode[len(prefill)..]`, in every slot.
+    fn head_splice(case: &sglang::Case) -> Value {
+        let splice = |p: &Value, d: &mut Value| {
+            let (Some(p), Some(ds)) = (p.as_str(), d.as_str()) else {
+                return;
+            };
+            let p = STANDARD.decode(p).unwrap();
+            let dd = STANDARD.decode(ds).unwrap();
+            let mut out = p.clone();
+            out.extend_from_slice(dd.get(p.len()..).unwrap_or_default());
+            *d = Value::String(STANDARD.encode(out));
+        };
+        let mut merged = case.decode.clone();
+        let items: Vec<usize> = if case.batch {
+            (0..case.draws.len()).collect()
+        } else {
+            vec![usize::MAX]
+        };
+        for i in items {
+            let (p, d) = if i == usize::MAX {
+                (&case.prefill, &mut merged)
+            } else {
+                (&case.prefill[i], &mut merged[i])
+            };
+            for path in [
+                ["meta_info", "routed_experts"],
+                ["sglext", "routed_experts"],
+            ] {
+                if let Some(slot) = d.pointer_mut(&format!("/{}/{}", path[0], path[1])) {
+                    splice(&p[path[0]][path[1]], slot);
+                }
+            }
+            if let Some(slot) = d.pointer_mut("/choices/0/sgl_ext/routed_experts") {
+                splice(&p["choices"][0]["sgl_ext"]["routed_experts"], slot);
+            }
+        }
+        merged
+    }
+
+    proptest! {
+        #![proptest_config(crate::support::config("router_testing_sglang"))]
+
+        /// V5: a faithful SGLang router passes on every generated case;
+        /// the unmerged decode fails wherever the decode's rows are not
+        /// already the truth.
+        #[test]
+        fn a_faithful_sglang_router_passes(case in sglang::cases(sglang::Knobs::default())) {
+            verify_stitched(&case, &router(&case))?;
+            // Right as it is only when the prefill holds no row.
+            let untouched_is_right = case.draws.iter().all(|d| d.start == d.prompt);
+            prop_assert_eq!(verify_stitched(&case, &case.decode).is_ok(), untouched_is_right);
+        }
+
+        /// V6: Miles' head splice is right for a full-length decode and
+        /// wrong for a suffix-only one whenever the prefill holds a row and
+        /// the decode one after the prompt: the completion's first rows are
+        /// lost, which `verify_stitched` reports as the positions covered.
+        #[test]
+        fn the_head_splice_is_caught_on_suffix_only_decodes(case in sglang::cases(sglang::Knobs::default())) {
+            let spliced = head_splice(&case);
+            let broken = case.draws.iter().position(|d| d.convention == Convention::SuffixOnly
+                && d.start < d.prompt && d.completion > 1);
+            match (broken, verify_stitched(&case, &spliced)) {
+                (None, got) => prop_assert!(got.is_ok(), "{:?}", got),
+                (Some(i), Err(m)) => {
+                    // The first wrong output is a suffix-only one with rows on both sides.
+                    let d = case.draws[m.choice];
+                    prop_assert!(m.choice <= i);
+                    prop_assert_eq!(d.convention, Convention::SuffixOnly);
+                    prop_assert!(m.message.contains("rows cover positions")
+                        || m.message.contains("row differs"), "{}", m);
+                }
+                (Some(i), Ok(())) => prop_assert!(false, "output {} spliced wrongly but passed", i),
+            }
+        }
+    }
+
+    /// The head splice on a suffix-only decode, with the message a router
+    /// author reads.
+    #[test]
+    fn the_head_splice_message_names_the_positions() {
+        let draw = sglang::Draw {
+            prompt: 6,
+            completion: 5,
+            start: 0,
+            convention: Convention::SuffixOnly,
+            seed: 9,
+        };
+        let shape = sglang::Shape {
+            layers: 2,
+            top_k: 4,
+            experts: 64,
+        };
+        let case = sglang::Case::new(Api::Generate, shape, vec![draw], false);
+        let err = verify_stitched(&case, &head_splice(&case)).unwrap_err();
+        // 6 prompt rows, 4 after: the splice keeps 6 rows, [4, 10).
+        assert_eq!(
+            err.to_string(),
+            "choice 0: rows cover positions [4, 10), expected [0, 10)"
+        );
+        verify_stitched(&case, &router(&case)).unwrap();
+        // A wrong row is named with its position and slot.
+        let mut merged = router(&case);
+        let rows = merged["meta_info"]["routed_experts"].as_str().unwrap();
+        let mut bytes = STANDARD.decode(rows).unwrap();
+        bytes[8 * 4 * 7] ^= 1; // position 7, a decode row
+        merged["meta_info"]["routed_experts"] = Value::String(STANDARD.encode(bytes));
+        assert_eq!(
+            verify_stitched(&case, &merged).unwrap_err().to_string(),
+            "choice 0, position 7 (from meta_info.routed_experts): row differs from the truth; expected the decode's row (a position after the prompt)"
+        );
+    }
+}

@@ -1,0 +1,232 @@
+//! What SGLang answers, modelled over one truth: a colocated server, and a
+//! 1P1D pair whose decode follows either convention (SPEC section 10, F2,
+//! F6). The simulator and `pd_stitch::testing` write their SGLang responses
+//! with it.
+
+use serde_json::{json, Value};
+
+use super::Convention;
+use crate::inline::encode_base64;
+
+/// Which API the responses come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Api {
+    /// `/generate`: `meta_info.routed_experts`; an array of outputs for a
+    /// batch.
+    Generate,
+    /// OpenAI `chat/completions`: `sglext.routed_experts`.
+    Sglext,
+    /// OpenAI, older builds: `choices[0].sgl_ext.routed_experts`.
+    SglExt,
+}
+
+impl Api {
+    /// Every API, in report order.
+    pub const ALL: [Api; 3] = [Api::Generate, Api::Sglext, Api::SglExt];
+
+    /// The name used in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Api::Generate => "generate",
+            Api::Sglext => "sglext",
+            Api::SglExt => "sgl_ext",
+        }
+    }
+}
+
+/// The rows' geometry and the expert ids they draw from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Shape {
+    /// Layers.
+    pub layers: u64,
+    /// Experts per token.
+    pub top_k: u64,
+    /// Experts per layer: ids are below this.
+    pub experts: u64,
+}
+
+impl Shape {
+    /// Ids per row.
+    pub fn width(self) -> u64 {
+        self.layers * self.top_k
+    }
+}
+
+/// One request of an SGLang deployment: its lengths, where its rows start,
+/// how the decode answers, and the seed of its truth.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Draw {
+    /// Prompt tokens `P` (at least 1).
+    pub prompt: u64,
+    /// Generated tokens `C` (at least 1): rows end at `P + C - 1`.
+    pub completion: u64,
+    /// `routed_experts_start_len`, in `[0, P]`.
+    pub start: u64,
+    /// How the decode's rows start.
+    pub convention: Convention,
+    /// The truth's seed.
+    pub seed: u64,
+}
+
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+impl Draw {
+    /// Where the rows end.
+    pub fn end(&self) -> u64 {
+        self.prompt + self.completion - 1
+    }
+
+    /// The true ids of position `x`.
+    pub fn truth_row(&self, shape: Shape, x: u64) -> Vec<i32> {
+        (0..shape.width())
+            .map(|k| {
+                let id = mix(self.seed ^ mix(x << 24 ^ k)) % shape.experts.max(1);
+                i32::try_from(id).unwrap_or(0)
+            })
+            .collect()
+    }
+
+    /// The true ids of positions `[from, to)`, back to back.
+    pub fn truth(&self, shape: Shape, from: u64, to: u64) -> Vec<i32> {
+        (from..to).flat_map(|x| self.truth_row(shape, x)).collect()
+    }
+
+    /// What a decode holds for a prompt position it never ran: not the
+    /// truth (SGLang leaves zeros; the model shifts each id, so that a row
+    /// taken from there is always wrong).
+    fn wrong_row(&self, shape: Shape, x: u64) -> Vec<i32> {
+        let experts = i32::try_from(shape.experts.max(1)).unwrap_or(i32::MAX);
+        self.truth_row(shape, x)
+            .into_iter()
+            .map(|id| (id + 1) % experts)
+            .collect()
+    }
+
+    /// A colocated server's ids: `[start, end)`.
+    pub fn colocated(&self, shape: Shape) -> Vec<i32> {
+        self.truth(shape, self.start, self.end())
+    }
+
+    /// The prefill's ids: `[start, P)`, which it computed.
+    pub fn prefill(&self, shape: Shape) -> Vec<i32> {
+        self.truth(shape, self.start, self.prompt)
+    }
+
+    /// The decode's ids: full-length `[start, end)` with its own (wrong)
+    /// prompt rows, or suffix-only `[P, end)`.
+    pub fn decode(&self, shape: Shape) -> Vec<i32> {
+        let own = self.truth(shape, self.prompt, self.end());
+        match self.convention {
+            Convention::SuffixOnly => own,
+            Convention::FullLength => (self.start..self.prompt)
+                .flat_map(|x| self.wrong_row(shape, x))
+                .chain(own)
+                .collect(),
+        }
+    }
+}
+
+/// The base64 of ids, as SGLang writes them (`int32`, little-endian).
+pub fn encode_ids(ids: &[i32]) -> String {
+    let bytes: Vec<u8> = ids.iter().flat_map(|id| id.to_le_bytes()).collect();
+    encode_base64(&bytes)
+}
+
+/// The three responses of one SGLang request: prefill, decode, colocated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Responses {
+    /// The prefill instance's.
+    pub prefill: Value,
+    /// The decode instance's, before any merge.
+    pub decode: Value,
+    /// A colocated server's.
+    pub colocated: Value,
+}
+
+/// The responses of `draws` through `api`: one output each; for
+/// [`Api::Generate`] with `batch`, an array of them. The OpenAI APIs take
+/// the first draw only (one choice: SPEC Q3).
+pub fn responses(api: Api, draws: &[Draw], shape: Shape, batch: bool) -> Responses {
+    let one = |d: &Draw, role: Role| -> Value {
+        let (completion, ids) = match role {
+            Role::Prefill => (1, d.prefill(shape)),
+            Role::Decode => (d.completion, d.decode(shape)),
+            Role::Colocated => (d.completion, d.colocated(shape)),
+        };
+        output(api, d.prompt, completion, &encode_ids(&ids), role)
+    };
+    let side = |role: Role| -> Value {
+        if api == Api::Generate && batch {
+            Value::Array(draws.iter().map(|d| one(d, role)).collect())
+        } else {
+            draws.first().map_or(Value::Null, |d| one(d, role))
+        }
+    };
+    Responses {
+        prefill: side(Role::Prefill),
+        decode: side(Role::Decode),
+        colocated: side(Role::Colocated),
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Prefill,
+    Decode,
+    Colocated,
+}
+
+/// One output, with the keys SGLang writes around the rows.
+fn output(api: Api, prompt: u64, completion: u64, rows: &str, role: Role) -> Value {
+    let text = match role {
+        Role::Prefill => "",
+        _ => "The answer is 42.\n\"quoted\" \u{e9}",
+    };
+    match api {
+        Api::Generate => json!({
+            "text": text,
+            "output_ids": (0..completion).collect::<Vec<_>>(),
+            "meta_info": {
+                "id": "req-0",
+                "finish_reason": {"type": "length", "length": completion},
+                "prompt_tokens": prompt,
+                "weight_version": "default",
+                "completion_tokens": completion,
+                "cached_tokens": 0,
+                "routed_experts": rows,
+                "e2e_latency": 0.125,
+            },
+        }),
+        Api::Sglext | Api::SglExt => {
+            let mut choice = json!({
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "length",
+            });
+            if api == Api::SglExt {
+                choice["sgl_ext"] = json!({"routed_experts": rows});
+            }
+            let mut response = json!({
+                "id": "chatcmpl-0",
+                "object": "chat.completion",
+                "created": 1_764_547_200u64,
+                "model": "moe",
+                "choices": [choice],
+                "usage": {
+                    "prompt_tokens": prompt,
+                    "completion_tokens": completion,
+                    "total_tokens": prompt + completion,
+                },
+            });
+            if api == Api::Sglext {
+                response["sglext"] = json!({"routed_experts": rows});
+            }
+            response
+        }
+    }
+}
