@@ -123,6 +123,11 @@ def events(body):
     return [event[len(b"data: "):] for event in body[:-2].split(b"\n\n")]
 
 
+# The fields a merge stitches by default: a payload of other fields alone (the
+# mock keeps its sampling masks when it answers without routing) carries no rows.
+STITCHED = ("routed_experts", "routed_expert_weights")
+
+
 def rows_choices(body):
     """The choices of the events that carry rows, as one response."""
     choices = []
@@ -130,7 +135,9 @@ def rows_choices(body):
         if data == b"[DONE]":
             continue
         for choice in json.loads(data).get("choices", []):
-            if choice.get("routed_experts") is not None or "payload" in choice:
+            stitched = [item for item in choice.get("payload") or []
+                        if isinstance(item, dict) and item.get("field") in STITCHED]
+            if choice.get("routed_experts") is not None or stitched:
                 choice = {k: v for k, v in choice.items() if k not in ("index", "finish_reason")}
                 choices.append(choice)
     return json.dumps({"choices": choices}).encode()
