@@ -100,8 +100,9 @@ class StreamStitcher:
     def feed(self, chunk: bytes) -> bytes:
         """The bytes that can be sent now (possibly b""). Raises StitchError
         (kinds StreamEvent, StreamRowsRepeated, StreamUnstitched,
-        StreamClosed); what was returned before is a prefix of the stitched
-        stream."""
+        StreamClosed); when events before the failing one in the same chunk
+        were stitched, they are returned and the next call raises. What was
+        returned before is a prefix of the stitched stream."""
     def finish(self) -> bytes:
         """Ends the stream: the bytes of an unfinished event without rows.
         Raises StitchError (StreamUnfinished, StreamClosed)."""

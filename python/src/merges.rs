@@ -124,7 +124,15 @@ pub(crate) fn merge_routed_experts_for_pd<'py>(
     strict: bool,
     row_shape: Option<(u64, u64)>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    merge(py, prefill, decode, fields, strict, row_shape, Stitch::ForPd)
+    merge(
+        py,
+        prefill,
+        decode,
+        fields,
+        strict,
+        row_shape,
+        Stitch::ForPd,
+    )
 }
 
 /// Stitches the payload segments (rows by handle) of `prefill` into `decode`.

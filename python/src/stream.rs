@@ -28,11 +28,43 @@ pub struct StreamStitcher {
     // memchr's AVX2 search). The box is Rust's allocation, aligned as the
     // type needs.
     inner: Box<Inner>,
+    /// An error met after some events of the same chunk were stitched: those
+    /// are returned first, and the error is raised by the next call, so no
+    /// byte the stream would have sent before it is lost.
+    deferred: Option<pd_stitch::Error>,
 }
 
 // Whatever the stitcher comes to hold, the Python object stays within the
 // alignment Python's allocator gives.
 const _: () = assert!(std::mem::align_of::<StreamStitcher>() <= 16);
+
+impl StreamStitcher {
+    /// Raises the error a previous call met after returning what came before it.
+    fn raise_deferred(&mut self, py: Python<'_>) -> PyResult<()> {
+        match self.deferred.take() {
+            Some(err) => Err(stitch_error(py, &err)),
+            None => Ok(()),
+        }
+    }
+
+    /// What a call returns: the bytes stitched, and an error raised now when
+    /// nothing came before it, else by the next call.
+    fn answer<'py>(
+        &mut self,
+        py: Python<'py>,
+        result: Result<(), pd_stitch::Error>,
+        out: Vec<u8>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        match result {
+            Err(err) if out.is_empty() => Err(stitch_error(py, &err)),
+            Err(err) => {
+                self.deferred = Some(err);
+                Ok(PyBytes::new(py, &out))
+            }
+            Ok(()) => Ok(PyBytes::new(py, &out)),
+        }
+    }
+}
 
 #[pymethods]
 impl StreamStitcher {
@@ -60,13 +92,16 @@ impl StreamStitcher {
             .map_err(|e| stitch_error(py, &e))?;
         Ok(StreamStitcher {
             inner: Box::new(inner),
+            deferred: None,
         })
     }
 
     /// Reads the next chunk of the decode's stream (`bytes`); returns what can
     /// be sent now (possibly `b""`). Raises `StitchError` when an event
-    /// cannot be stitched; what was returned before is then a prefix of the
-    /// stitched stream, and every later call raises too.
+    /// cannot be stitched: when events before it in the same chunk were
+    /// stitched, they are returned first and the next call raises. What was
+    /// returned is then a prefix of the stitched stream, and every later call
+    /// raises too.
     fn feed<'py>(
         &mut self,
         py: Python<'py>,
@@ -79,22 +114,22 @@ impl StreamStitcher {
             .cast::<PyBytes>()
             .map_err(|_| PyTypeError::new_err("chunk must be bytes"))?;
         let bytes = chunk.as_bytes();
+        self.raise_deferred(py)?;
         let inner = &mut self.inner;
         let mut out = Vec::new();
-        py.detach(|| inner.feed(bytes, &mut out))
-            .map_err(|e| stitch_error(py, &e))?;
-        Ok(PyBytes::new(py, &out))
+        let result = py.detach(|| inner.feed(bytes, &mut out));
+        self.answer(py, result, out)
     }
 
     /// Ends the stream; returns the bytes of an unfinished event without rows
     /// (`b""` usually). Raises `StitchError` (`StreamUnfinished`) when the
     /// stream ended inside an event that may carry rows.
     fn finish<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        self.raise_deferred(py)?;
         let inner = &mut self.inner;
         let mut out = Vec::new();
-        py.detach(|| inner.finish(&mut out))
-            .map_err(|e| stitch_error(py, &e))?;
-        Ok(PyBytes::new(py, &out))
+        let result = py.detach(|| inner.finish(&mut out));
+        self.answer(py, result, out)
     }
 
     /// How many bytes it holds (of the event being read).

@@ -174,9 +174,12 @@ def test_the_stream_stitcher_in_chunks_of_any_size():
     [out] = outputs
     assert b'"data": "AQIDBAUG"' in out and out.startswith(stream[:70]) and out.endswith(b"data: [DONE]\n\n")
     # Errors are StitchErrors, and the stitcher is closed after one.
+    # The first event, before the failing one, comes back; the next call raises.
     s = pd_stitch.StreamStitcher(b'{"choices": [{}]}')
+    first = stream[:stream.index(b"\r\n\r\n") + 4]
+    assert s.feed(stream) == first
     with pytest.raises(pd_stitch.StitchError) as e:
-        s.feed(stream)
+        s.feed(b"data: x\n\n")
     assert e.value.kind == "StreamEvent" and e.value.location == "decode choices[0].routed_experts"
     with pytest.raises(pd_stitch.StitchError) as e:
         s.feed(b"data: x\n\n")
@@ -204,6 +207,28 @@ def test_a_stream_that_cannot_be_stitched_ends_with_an_error_event(backends):
     error = json.loads(data[-2])["error"]
     assert error["type"] == "stitch_error" and error["kind"] == "StreamEvent"
     assert rows_choices(b"\n\n".join(b"data: " + d for d in data[:-2]) + b"\n\n") == b'{"choices": []}'
+
+
+def test_events_before_a_failing_one_in_the_same_chunk_are_returned_first():
+    # A chunk holding a plain event and then one that cannot be stitched (the
+    # decode has rows, the prefill none): the plain event comes back, byte for
+    # byte, and the error is raised by the next call, so nothing is lost.
+    plain = b'data: {"choices": [{"index": 0, "text": "a"}]}\n\n'
+    rows = (b'data: {"choices": [{"index": 0, "payload": [{"field": "routed_experts", '
+            b'"file": "d.bin", "offset": 0, "pos": 0, "rows": 1, "dtype": "uint8", "shape": [1]}]}]}\n\n')
+    s = pd_stitch.StreamStitcher(b'{"choices": [{}]}')
+    assert s.feed(plain + rows) == plain
+    with pytest.raises(pd_stitch.StitchError) as err:
+        s.finish()
+    assert err.value.kind == "StreamEvent"
+    with pytest.raises(pd_stitch.StitchError) as again:
+        s.feed(b"data: x\n\n")
+    assert again.value.kind == "StreamClosed"
+    # Alone in its chunk, the failing event raises at once.
+    s = pd_stitch.StreamStitcher(b'{"choices": [{}]}')
+    with pytest.raises(pd_stitch.StitchError) as now:
+        s.feed(rows)
+    assert now.value.kind == "StreamEvent"
 
 
 def test_a_stitch_error_is_a_502_naming_it(backends):
