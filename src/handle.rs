@@ -191,7 +191,9 @@ impl<'v, V: View<'v>> Keys<'v, V> {
         stitched_index(fields, item).map(|(_, keys)| keys)
     }
 
-    /// The keys of `object`, when it is an object whose `field` is a string.
+    /// The keys of `object`, when it is an object whose `field` is a string
+    /// (for the readers, not the merge).
+    #[cfg(feature = "verify")]
     pub(crate) fn of(object: V) -> Option<Self> {
         let field = object.get("field")?.as_str()?;
         Some(Self::with_field(object, field))

@@ -18,7 +18,9 @@ pub(crate) mod solve;
 
 use std::borrow::Cow;
 
-pub(crate) use crate::algebra::{Convention, PositionProblem};
+#[cfg(feature = "verify")]
+pub(crate) use crate::algebra::Convention;
+pub(crate) use crate::algebra::PositionProblem;
 
 use crate::algebra::Rows;
 use crate::error::{Error, Location, Side};
