@@ -6,8 +6,8 @@
 //!
 //! A *slot* is one such place in one *item* (the response, or an element of
 //! a batch array). The plan reads the prefill's slots, then each decode
-//! slot: it places both sides ([`solve`]) and describes the merged rows as a
-//! [`Text`] (the prefill's bytes, then the decode's from the cut), which the
+//! slot: it places both sides (`solve`) and describes the merged rows as a
+//! `Text` (the prefill's bytes, then the decode's from the cut), which the
 //! adapters write over the decode's rows string, as they write inline rows.
 
 #[cfg(feature = "verify")]
