@@ -220,16 +220,27 @@ impl<'v, V: View<'v>> Keys<'v, V> {
                     keys.field = field;
                     continue;
                 }
-                b"pos" => &mut keys.pos,
-                b"rows" => &mut keys.rows,
-                b"offset" => &mut keys.offset,
-                b"dtype" => &mut keys.dtype,
-                b"shape" => &mut keys.shape,
-                _ => continue,
+                other => match keys.slot(other) {
+                    Some(slot) => slot,
+                    None => continue,
+                },
             };
             *slot = Some(value);
         }
         Some((found?, keys))
+    }
+
+    /// Where the value of member `key` goes: one of the five keys a segment
+    /// is read by besides `field`, or `None` for any other member.
+    fn slot(&mut self, key: &[u8]) -> Option<&mut Option<V>> {
+        Some(match key {
+            b"pos" => &mut self.pos,
+            b"rows" => &mut self.rows,
+            b"offset" => &mut self.offset,
+            b"dtype" => &mut self.dtype,
+            b"shape" => &mut self.shape,
+            _ => return None,
+        })
     }
 
     /// The keys of the object `object` whose `field` is `field`: the other
@@ -244,15 +255,9 @@ impl<'v, V: View<'v>> Keys<'v, V> {
             shape: None,
         };
         for (key, value) in object.members().into_iter().flatten() {
-            let slot = match key.as_ref() {
-                b"pos" => &mut keys.pos,
-                b"rows" => &mut keys.rows,
-                b"offset" => &mut keys.offset,
-                b"dtype" => &mut keys.dtype,
-                b"shape" => &mut keys.shape,
-                _ => continue,
-            };
-            *slot = Some(value);
+            if let Some(slot) = keys.slot(key.as_ref()) {
+                *slot = Some(value);
+            }
         }
         keys
     }
