@@ -1,5 +1,5 @@
 //! What stitching costs on a real request path: the example router
-//! (`examples/pd_router.rs`) in front of mock backends (`examples/mock_vllm.rs`)
+//! (`examples/pd_router.rs`) in front of mock backends (`examples/mock_backend.rs`)
 //! on loopback, at concurrency 32, with stitching on and off (the same router
 //! with the merge call skipped), measured side by side: rounds alternate
 //! between the two routers so that a noisy neighbour hits both alike.
@@ -16,8 +16,8 @@
 //! it) it sends a few requests only.
 
 #[allow(dead_code)]
-#[path = "../examples/mock_vllm.rs"]
-mod mock_vllm;
+#[path = "../examples/mock_backend.rs"]
+mod mock_backend;
 #[allow(dead_code)]
 #[path = "../examples/pd_router.rs"]
 mod pd_router;
@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mock_vllm::{Deployment, Forms, Mock, Role};
+use mock_backend::{Deployment, Forms, Mock, Role};
 use pd_stitch::sim::Mode;
 use serde_json::json;
 
@@ -68,6 +68,8 @@ async fn start_router(prefill: &str, decode: &str, stitch: bool) -> String {
         timeout: Duration::from_secs(30),
         stitch,
         strict: false,
+        row_shape: None,
+        bootstrap_port: 8998,
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -85,7 +87,10 @@ async fn start_mock(mock: Mock) -> String {
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("address");
-    tokio::spawn(mock_vllm::serve(listener, mock_vllm::app(Arc::new(mock))));
+    tokio::spawn(mock_backend::serve(
+        listener,
+        mock_backend::app(Arc::new(mock)),
+    ));
     format!("http://{addr}")
 }
 

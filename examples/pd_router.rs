@@ -27,7 +27,21 @@
 //! cargo run --example pd_router -- --prefill http://127.0.0.1:8001 --decode http://127.0.0.1:8002
 //! ```
 //!
-//! `tests/it/router_http.rs` runs it against mock backends (`examples/mock_vllm.rs`).
+//! `POST /generate` is SGLang's: both backends are sent the client's body at
+//! once, with `bootstrap_host` (the prefill's host), `bootstrap_port`
+//! (`--bootstrap-port`) and a fresh `bootstrap_room` added (a list of each
+//! for a batch), as SGLang's own P/D router sends them; the prefill's is not
+//! streamed, so that its answer is one JSON body. The same merge (or stream
+//! stitcher) finds SGLang's rows by their keys; `--row-shape LAYERS,TOP_K`
+//! gives it the model's rows, without which a pair whose counts leave the
+//! positions ambiguous is a 502 (docs/SPEC.md section 10).
+//!
+//! ```text
+//! cargo run --example pd_router -- --prefill http://127.0.0.1:30000 \
+//!     --decode http://127.0.0.1:30001 --row-shape 48,8
+//! ```
+//!
+//! `tests/it/router_http.rs` runs it against mock backends (`examples/mock_backend.rs`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -59,6 +73,13 @@ pub struct Config {
     /// Whether to stitch strictly ([`pd_stitch::Stitcher::strict`]): a merged
     /// layout a trainer would misread is a 502 instead of a 200.
     pub strict: bool,
+    /// The model's `(layers, top_k)`, which places SGLang's rows
+    /// ([`pd_stitch::Stitcher::row_shape`]); without it, a pair whose
+    /// positions its counts leave ambiguous is a 502.
+    pub row_shape: Option<(u64, u64)>,
+    /// The SGLang prefill's bootstrap port (`--disaggregation-bootstrap-port`,
+    /// 8998 unless set), which the decode is told to pull the KV cache from.
+    pub bootstrap_port: u16,
 }
 
 /// The router's state: its configuration and one pooled HTTP client.
@@ -81,6 +102,7 @@ pub fn app(config: Config) -> Result<axum::Router, reqwest::Error> {
         .build()?;
     Ok(axum::Router::new()
         .route("/inference/v1/generate", post(generate))
+        .route("/generate", post(sglang_generate))
         .with_state(Arc::new(Router { config, client })))
 }
 
@@ -194,9 +216,24 @@ where
     })
 }
 
+/// vLLM's generate path, on the router and on its backends.
+const VLLM: &str = "/inference/v1/generate";
+/// SGLang's.
+const SGLANG: &str = "/generate";
+
 async fn generate(State(router): State<Arc<Router>>, body: Bytes) -> Response {
     let started = Instant::now();
-    match router.generate(&body).await {
+    answer(started, router.generate(&body).await)
+}
+
+async fn sglang_generate(State(router): State<Arc<Router>>, body: Bytes) -> Response {
+    let started = Instant::now();
+    answer(started, router.sglang_generate(&body).await)
+}
+
+/// The response, or the failure's, logged.
+fn answer(started: Instant, result: Result<Response, Failure>) -> Response {
+    match result {
         Ok(response) => {
             tracing::debug!(elapsed = ?started.elapsed(), "stitched");
             response
@@ -225,7 +262,7 @@ impl Router {
         let prefill_request = prefill_request(&request)?;
         let stream = request.get("stream") == Some(&Value::Bool(true));
 
-        let prefill_body = self.body(Backend::Prefill, &prefill_request).await?;
+        let prefill_body = self.body(Backend::Prefill, VLLM, &prefill_request).await?;
         // The prefill is read as a tree for its kv_transfer_params alone; the
         // merge reads its bytes.
         let prefill = not_json(Backend::Prefill, serde_json::from_slice(&prefill_body))?;
@@ -233,31 +270,61 @@ impl Router {
             // The decode's stream goes through as it comes, every event at
             // once; the event that carries rows is stitched on the way.
             let decode_request = decode_request(request, &prefill);
-            let response = self.send(Backend::Decode, &decode_request, false).await?;
-            let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
-            let upstream = response.bytes_stream();
-            let body = if self.config.stitch {
-                let stitcher = StreamStitcher::new(self.stitcher(), prefill_body)
-                    .map_err(|e| stitch_failure(Backend::Prefill, e))?;
-                Body::from_stream(stitched(upstream, stitcher))
-            } else {
-                Body::from_stream(upstream)
-            };
-            let mut passed = Response::new(body);
-            if let Some(content_type) = content_type {
-                passed
-                    .headers_mut()
-                    .insert(header::CONTENT_TYPE, content_type);
-            }
-            return Ok(passed);
+            let response = self
+                .send(Backend::Decode, VLLM, &decode_request, false)
+                .await?;
+            return self.stream(prefill_body, response);
         }
 
-        let mut decode = self
-            .body(Backend::Decode, &decode_request(request, &prefill))
+        let decode = self
+            .body(Backend::Decode, VLLM, &decode_request(request, &prefill))
             .await?;
+        self.whole(&prefill_body, decode)
+    }
+
+    /// An SGLang `/generate` request: both instances are sent the client's
+    /// body at once, with the prefill's bootstrap address and a fresh room
+    /// (as SGLang's own P/D router sends them), the prefill's not streamed;
+    /// the decode's answer is stitched as a whole or as a stream.
+    async fn sglang_generate(&self, body: &[u8]) -> Result<Response, Failure> {
+        let request: Value = serde_json::from_slice(body).map_err(|e| {
+            Failure::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                format!("the request body is not JSON: {e}"),
+            )
+        })?;
+        let host = reqwest::Url::parse(&self.config.prefill)
+            .ok()
+            .and_then(|url| url.host_str().map(str::to_owned))
+            .ok_or_else(|| {
+                Failure::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    format!("the prefill URL {} names no host", self.config.prefill),
+                )
+            })?;
+        let decode_request = sglang_request(request, &host, self.config.bootstrap_port)?;
+        let stream = decode_request.get("stream") == Some(&Value::Bool(true));
+        let mut prefill_request = decode_request.clone();
+        prefill_request["stream"] = Value::Bool(false);
+        // At once: each instance waits for the other in the bootstrap room.
+        let prefill = self.body(Backend::Prefill, SGLANG, &prefill_request);
+        if stream {
+            let decode = self.send(Backend::Decode, SGLANG, &decode_request, false);
+            let (prefill_body, response) = tokio::try_join!(prefill, decode)?;
+            return self.stream(prefill_body, response);
+        }
+        let decode = self.body(Backend::Decode, SGLANG, &decode_request);
+        let (prefill_body, decode) = tokio::try_join!(prefill, decode)?;
+        self.whole(&prefill_body, decode)
+    }
+
+    /// The decode's whole answer, stitched with the prefill's.
+    fn whole(&self, prefill: &[u8], mut decode: Vec<u8>) -> Result<Response, Failure> {
         if self.config.stitch {
             self.stitcher()
-                .merge_bytes(&prefill_body, &mut decode, pd_stitch::Stitch::ForPd)
+                .merge_bytes(prefill, &mut decode, pd_stitch::Stitch::ForPd)
                 .map_err(|e| stitch_failure(Backend::Decode, e))?;
         }
         // Without stitching (a baseline for the load benchmark) the decode's
@@ -270,12 +337,37 @@ impl Router {
         Ok(response)
     }
 
+    /// The decode's stream, passed on as it comes, every event at once; the
+    /// event that carries rows is stitched with the prefill's on the way.
+    fn stream(&self, prefill: Vec<u8>, response: reqwest::Response) -> Result<Response, Failure> {
+        let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
+        let upstream = response.bytes_stream();
+        let body = if self.config.stitch {
+            let stitcher = StreamStitcher::new(self.stitcher(), prefill)
+                .map_err(|e| stitch_failure(Backend::Prefill, e))?;
+            Body::from_stream(stitched(upstream, stitcher))
+        } else {
+            Body::from_stream(upstream)
+        };
+        let mut passed = Response::new(body);
+        if let Some(content_type) = content_type {
+            passed
+                .headers_mut()
+                .insert(header::CONTENT_TYPE, content_type);
+        }
+        Ok(passed)
+    }
+
     /// The stitcher of this router's configuration.
     fn stitcher(&self) -> Stitcher {
+        let stitcher = match self.config.row_shape {
+            Some((layers, top_k)) => Stitcher::new().row_shape(layers, top_k),
+            None => Stitcher::new(),
+        };
         if self.config.strict {
-            Stitcher::new().strict()
+            stitcher.strict()
         } else {
-            Stitcher::new()
+            stitcher
         }
     }
 
@@ -285,6 +377,7 @@ impl Router {
     async fn send(
         &self,
         backend: Backend,
+        path: &str,
         body: &Value,
         deadline: bool,
     ) -> Result<reqwest::Response, Failure> {
@@ -295,7 +388,7 @@ impl Router {
         let bytes = serde_json::to_vec(body).map_err(|e| {
             Failure::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
         })?;
-        let url = format!("{}/inference/v1/generate", base.trim_end_matches('/'));
+        let url = format!("{}{path}", base.trim_end_matches('/'));
         let mut request = self
             .client
             .post(url)
@@ -327,9 +420,9 @@ impl Router {
         })
     }
 
-    /// Sends `body` to `backend` and reads its whole answer.
-    async fn body(&self, backend: Backend, body: &Value) -> Result<Vec<u8>, Failure> {
-        let response = self.send(backend, body, true).await?;
+    /// Sends `body` to `backend`'s `path` and reads its whole answer.
+    async fn body(&self, backend: Backend, path: &str, body: &Value) -> Result<Vec<u8>, Failure> {
+        let response = self.send(backend, path, body, true).await?;
         let bytes = response
             .bytes()
             .await
@@ -414,6 +507,60 @@ pub fn prefill_request(request: &Value) -> Result<Value, Failure> {
     Ok(prefill)
 }
 
+/// A source of bootstrap rooms: distinct for the life of the process, and
+/// unlike another router's (the clock seeds them).
+fn bootstrap_room() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mut z = seed ^ NEXT.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    // SGLang's router draws rooms in [0, 2^63).
+    (z ^ (z >> 31)) >> 1
+}
+
+/// The SGLang request both instances are sent: the client's, with
+/// `bootstrap_host`, `bootstrap_port` and a fresh `bootstrap_room` (a list
+/// of each, one per prompt, for a batch: `text` or `input_ids` a list of
+/// prompts), as SGLang's P/D router adds them.
+pub fn sglang_request(mut request: Value, host: &str, port: u16) -> Result<Value, Failure> {
+    let Some(object) = request.as_object_mut() else {
+        return Err(Failure::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "the request body must be a JSON object",
+        ));
+    };
+    let batch = match (object.get("text"), object.get("input_ids")) {
+        (Some(Value::Array(texts)), _) => Some(texts.len()),
+        (None | Some(Value::Null), Some(Value::Array(ids)))
+            if ids.first().is_some_and(Value::is_array) =>
+        {
+            Some(ids.len())
+        }
+        _ => None,
+    };
+    let (host, port) = (json!(host), json!(port));
+    let fields = match batch {
+        None => [host, port, json!(bootstrap_room())],
+        Some(n) => [
+            json!(vec![host; n]),
+            json!(vec![port; n]),
+            json!((0..n).map(|_| bootstrap_room()).collect::<Vec<_>>()),
+        ],
+    };
+    for (key, value) in ["bootstrap_host", "bootstrap_port", "bootstrap_room"]
+        .into_iter()
+        .zip(fields)
+    {
+        object.insert(key.into(), value);
+    }
+    Ok(request)
+}
+
 /// The decode's request: the client's, with the prefill's
 /// `kv_transfer_params` when it returned any.
 pub fn decode_request(mut request: Value, prefill: &Value) -> Value {
@@ -448,6 +595,21 @@ struct Args {
     /// segments out of order, mixed row shapes or dtype kinds.
     #[arg(long)]
     strict: bool,
+    /// The model's rows, LAYERS,TOP_K (`num_hidden_layers`,
+    /// `num_experts_per_tok`), which place SGLang's rows.
+    #[arg(long, value_parser = row_shape)]
+    row_shape: Option<(u64, u64)>,
+    /// The SGLang prefill's bootstrap port.
+    #[arg(long, default_value_t = 8998)]
+    bootstrap_port: u16,
+}
+
+fn row_shape(s: &str) -> Result<(u64, u64), String> {
+    let parse = |n: &str| n.trim().parse::<u64>().ok().filter(|&n| n > 0);
+    match s.split_once(',').map(|(l, k)| (parse(l), parse(k))) {
+        Some((Some(layers), Some(top_k))) => Ok((layers, top_k)),
+        _ => Err(format!("{s:?} is not LAYERS,TOP_K (two positive integers)")),
+    }
 }
 
 #[tokio::main]
@@ -468,6 +630,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         timeout,
         stitch: !args.no_stitch,
         strict: args.strict,
+        row_shape: args.row_shape,
+        bootstrap_port: args.bootstrap_port,
     };
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     tracing::info!(

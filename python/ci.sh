@@ -4,7 +4,7 @@
 # then the pytest suite. Run from anywhere; .ci/run calls it.
 #
 # The tests build the Rust binaries they run (the `pd-stitch` command and the
-# mock vLLM backends) with cargo in the repository's target/ when needed.
+# mock backends) with cargo in the repository's target/ when needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1,5 +1,5 @@
 """Shared fixtures: the repository's paths, its committed example pairs, and
-the Rust binaries some tests run (the `pd-stitch` command and the mock vLLM
+the Rust binaries some tests run (the `pd-stitch` command and the mock
 backends), built once with cargo when they are not there yet."""
 import json
 import os
@@ -33,8 +33,8 @@ def pd_stitch_cli():
 
 
 @pytest.fixture(scope="session")
-def mock_vllm():
-    return cargo_binary("PD_STITCH_MOCK_VLLM", "examples/mock_vllm", ["--example", "mock_vllm", "--all-features"])
+def mock_backend():
+    return cargo_binary("PD_STITCH_MOCK_BACKEND", "examples/mock_backend", ["--example", "mock_backend", "--all-features"])
 
 
 def pair(name):

@@ -1,5 +1,5 @@
-"""examples/pd_proxy.py end to end over loopback: the Rust mock vLLM
-backends (examples/mock_vllm.rs) on ephemeral ports, the proxy in this
+"""examples/pd_proxy.py end to end over loopback: the Rust mock
+backends (examples/mock_backend.rs) on ephemeral ports, the proxy in this
 process, and the stitched answers gathered back equal to the colocated
 truth's rows as the Rust crate stitches them, in every form."""
 import asyncio
@@ -42,11 +42,11 @@ class Mock:
 
 
 @pytest.fixture
-def backends(mock_vllm, tmp_path):
+def backends(mock_backend, tmp_path):
     started = []
 
     def start(prefill_fault="none", decode_fault="none"):
-        mocks = Mock(mock_vllm, "prefill", tmp_path, prefill_fault), Mock(mock_vllm, "decode", tmp_path, decode_fault)
+        mocks = Mock(mock_backend, "prefill", tmp_path, prefill_fault), Mock(mock_backend, "decode", tmp_path, decode_fault)
         started.extend(mocks)
         return mocks[0].url, mocks[1].url, tmp_path
 

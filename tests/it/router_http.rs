@@ -1,13 +1,13 @@
 //! The P/D router example over real HTTP: mock prefill and decode backends
-//! (`examples/mock_vllm.rs`) and the router (`examples/pd_router.rs`) run on
+//! (`examples/mock_backend.rs`) and the router (`examples/pd_router.rs`) run on
 //! ephemeral loopback ports inside the test, and requests go through real
 //! sockets. Stitched answers are gathered and compared bitwise with the
 //! simulator's colocated truth; broken backends must give 502/504, never a
 //! panic or a hang (every client call has a timeout).
 
 #[allow(dead_code)] // the example's `main` and what only it uses
-#[path = "../../examples/mock_vllm.rs"]
-mod mock_vllm;
+#[path = "../../examples/mock_backend.rs"]
+mod mock_backend;
 #[allow(dead_code)]
 #[path = "../../examples/pd_router.rs"]
 mod pd_router;
@@ -19,7 +19,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mock_vllm::{Deployment, Fault, Forms, Mock, Role};
+use mock_backend::{Deployment, Fault, Forms, Mock, Role, SGLANG_SHAPE};
+use pd_stitch::algebra::Convention;
 use pd_stitch::gather::gather;
 use pd_stitch::sim::{Mode, Request};
 use pd_stitch::{merge_routed_experts_for_pd, ROUTED_EXPERTS};
@@ -31,6 +32,7 @@ const SEED: u64 = 7;
 /// A router in front of a prefill and a decode mock, all on loopback.
 struct Setup {
     url: String,
+    sglang_url: String,
     prefill: Arc<Mock>,
     decode: Arc<Mock>,
     deployment: Arc<Deployment>,
@@ -46,6 +48,10 @@ struct Options {
     stitch: bool,
     /// Point the router's prefill at a port nobody listens on.
     prefill_unreachable: bool,
+    /// How the SGLang decode mock answers.
+    convention: Convention,
+    /// The row shape the router is told (the mocks' is `SGLANG_SHAPE`).
+    row_shape: Option<(u64, u64)>,
 }
 
 impl Default for Options {
@@ -57,6 +63,8 @@ impl Default for Options {
             timeout: Duration::from_secs(10),
             stitch: true,
             prefill_unreachable: false,
+            convention: Convention::FullLength,
+            row_shape: Some((SGLANG_SHAPE.layers, SGLANG_SHAPE.top_k)),
         }
     }
 }
@@ -74,7 +82,10 @@ impl Setup {
         let dir =
             std::env::temp_dir().join(format!("pd-stitch-http-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let deployment = Arc::new(Deployment::new(SEED, options.forms, dir.clone()));
+        let deployment = Arc::new(
+            Deployment::new(SEED, options.forms, dir.clone())
+                .with_sglang(SGLANG_SHAPE, options.convention),
+        );
         let prefill = Arc::new(
             Mock::new(deployment.clone(), Role::Prefill).with_fault(options.prefill_fault),
         );
@@ -84,7 +95,10 @@ impl Setup {
         for mock in [&prefill, &decode] {
             let (listener, addr) = listen().await;
             addrs.push(addr);
-            tokio::spawn(mock_vllm::serve(listener, mock_vllm::app(mock.clone())));
+            tokio::spawn(mock_backend::serve(
+                listener,
+                mock_backend::app(mock.clone()),
+            ));
         }
         let (prefill_addr, decode_addr) = (addrs[0], addrs[1]);
         let prefill_url = if options.prefill_unreachable {
@@ -104,6 +118,8 @@ impl Setup {
             // right, so a strict router must answer each as the plain merge
             // would (the checks below compare with the colocated truth).
             strict: true,
+            row_shape: options.row_shape,
+            bootstrap_port: 8998,
         };
         let (listener, addr) = listen().await;
         tokio::spawn(pd_router::serve(
@@ -112,6 +128,7 @@ impl Setup {
         ));
         Setup {
             url: format!("http://{addr}/inference/v1/generate"),
+            sglang_url: format!("http://{addr}/generate"),
             prefill,
             decode,
             deployment,
@@ -122,8 +139,18 @@ impl Setup {
     /// POSTs `body` (bytes as they are) and returns the status, the content
     /// type and the body.
     async fn post_raw(&self, body: Vec<u8>) -> (StatusCode, String, Vec<u8>) {
+        self.post_to(&self.url, body).await
+    }
+
+    /// The same to the router's SGLang route.
+    async fn post_sglang(&self, body: &Value) -> (StatusCode, String, Vec<u8>) {
+        let bytes = serde_json::to_vec(body).expect("json");
+        self.post_to(&self.sglang_url, bytes).await
+    }
+
+    async fn post_to(&self, url: &str, body: Vec<u8>) -> (StatusCode, String, Vec<u8>) {
         let response = client()
-            .post(&self.url)
+            .post(url)
             .header("content-type", "application/json")
             .body(body)
             .send()
@@ -419,7 +446,7 @@ async fn decode_rows_without_prefill_rows_are_a_502_naming_the_error() {
         assert_eq!(response["error"]["type"], "stitch_error");
         // The error the library gives for the same two responses, named in full.
         let answers = setup.deployment.answers(5).expect("answers");
-        let prefill = mock_vllm::without_routing(answers.prefill.clone());
+        let prefill = mock_backend::without_routing(answers.prefill.clone());
         let mut decode = answers.decode.clone();
         let error =
             merge_routed_experts_for_pd(&prefill, &mut decode).expect_err("nothing to stitch to");
@@ -633,4 +660,283 @@ fn the_prefill_is_asked_for_one_token_and_the_decode_gets_the_kv_handle() {
         pd_router::decode_request(request.clone(), &json!({"choices": []})),
         request
     );
+}
+
+// SGLang's `/generate` through the router: both instances at once (the mocks
+// meet on the bootstrap room, as SGLang's do, so a router that sent them one
+// after the other would get a 500), rows placed by the counts.
+
+/// An SGLang `/generate` body for simulated request `index`: one prompt,
+/// or a batch of `batch`.
+fn sglang_body(index: usize, batch: Option<usize>, stream: bool) -> Value {
+    let text = match batch {
+        None => json!("What is 6 x 7?"),
+        Some(n) => json!(vec!["What is 6 x 7?"; n]),
+    };
+    json!({
+        "rid": format!("req-{index}"),
+        "text": text,
+        "sampling_params": {"max_new_tokens": 96, "temperature": 1.0},
+        "return_routed_experts": true,
+        "stream": stream,
+    })
+}
+
+/// The JSON of an SGLang body, or a panic that shows it.
+fn json_of(bytes: &[u8]) -> Value {
+    serde_json::from_slice(bytes).unwrap_or_else(|e| {
+        panic!(
+            "the router's body is not JSON ({e}): {}",
+            String::from_utf8_lossy(bytes)
+        )
+    })
+}
+
+/// What both mocks were sent: the same body plus the same bootstrap fields
+/// (the prefill's not streamed), for every request.
+fn check_sglang_requests(setup: &Setup, sent: &[Value]) {
+    let prefill_seen = setup.prefill.seen.lock().expect("lock").clone();
+    let decode_seen = setup.decode.seen.lock().expect("lock").clone();
+    assert_eq!(prefill_seen.len(), sent.len());
+    assert_eq!(decode_seen.len(), sent.len());
+    let mut rooms = BTreeSet::new();
+    for ((p, d), sent) in prefill_seen.iter().zip(&decode_seen).zip(sent) {
+        let batch = sent["text"].as_array().map(Vec::len);
+        for key in ["bootstrap_host", "bootstrap_port", "bootstrap_room"] {
+            assert_eq!(p[key], d[key], "{key} differs between the instances");
+            assert_eq!(p[key].is_array(), batch.is_some(), "{key}: {}", p[key]);
+        }
+        let one = |v: &Value| match batch {
+            None => vec![v.clone()],
+            Some(_) => v.as_array().cloned().unwrap_or_default(),
+        };
+        assert!(one(&p["bootstrap_host"]).iter().all(|h| h == "127.0.0.1"));
+        assert!(one(&p["bootstrap_port"]).iter().all(|h| h == 8998));
+        for room in one(&p["bootstrap_room"]) {
+            let room = room.as_u64().expect("a room is a u64");
+            assert!(room < 1 << 63 && rooms.insert(room), "room {room} reused");
+        }
+        let mut expected = sent.clone();
+        for key in ["bootstrap_host", "bootstrap_port", "bootstrap_room"] {
+            expected[key] = d[key].clone();
+        }
+        assert_eq!(d, &expected, "the decode is sent the client's body");
+        expected["stream"] = json!(false);
+        assert_eq!(p, &expected, "the prefill is sent the same, not streamed");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sglang_answers_are_stitched_to_the_colocated_answer_in_both_conventions() {
+    for convention in [Convention::FullLength, Convention::SuffixOnly] {
+        let name = format!("sglang-{convention:?}");
+        let setup = Setup::start(
+            &name,
+            Options {
+                convention,
+                ..Options::default()
+            },
+        )
+        .await;
+        let mut sent = Vec::new();
+        for index in 0..8 {
+            let batch = (index % 3 == 2).then_some(1 + index % 4);
+            let body = sglang_body(index, batch, false);
+            let (status, content_type, bytes) = setup.post_sglang(&body).await;
+            assert_eq!(
+                status,
+                StatusCode::OK,
+                "{}",
+                String::from_utf8_lossy(&bytes)
+            );
+            assert_eq!(content_type, "application/json");
+            // The whole answer, not only its rows, is the colocated server's.
+            let colocated = setup.deployment.sglang_answers(index, batch).colocated;
+            assert_eq!(json_of(&bytes), colocated, "{convention:?} request {index}");
+            sent.push(body);
+        }
+        check_sglang_requests(&setup, &sent);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sglang_streams_are_stitched_to_the_colocated_answer_in_both_conventions() {
+    for convention in [Convention::FullLength, Convention::SuffixOnly] {
+        let name = format!("sglang-stream-{convention:?}");
+        let setup = Setup::start(
+            &name,
+            Options {
+                convention,
+                ..Options::default()
+            },
+        )
+        .await;
+        let mut sent = Vec::new();
+        for index in 0..6 {
+            let body = sglang_body(index, None, true);
+            let (status, content_type, bytes) = setup.post_sglang(&body).await;
+            assert_eq!(
+                status,
+                StatusCode::OK,
+                "{}",
+                String::from_utf8_lossy(&bytes)
+            );
+            assert_eq!(content_type, "text/event-stream");
+            let (data, _) = streamed(&bytes);
+            let colocated = setup.deployment.sglang_answers(index, None).colocated;
+            let completion = colocated["meta_info"]["completion_tokens"]
+                .as_u64()
+                .expect("counts");
+            // One event per generated token, then [DONE]; the last carries
+            // the rows, which are now the colocated server's.
+            assert_eq!(data.len() as u64, completion + 1, "{convention:?} {index}");
+            assert_eq!(data.last().map(Vec::as_slice), Some(&b"[DONE]"[..]));
+            let finished = json_of(&data[data.len() - 2]);
+            assert_eq!(finished, colocated, "{convention:?} request {index}");
+            for event in &data[..data.len() - 2] {
+                assert!(json_of(event)["meta_info"].get(ROUTED_EXPERTS).is_none());
+            }
+            sent.push(body);
+        }
+        check_sglang_requests(&setup, &sent);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unstitched_sglang_answers_are_not_the_colocated_ones() {
+    // The checks above can fail: the decode's own rows are not the truth
+    // (its prompt rows are wrong, or the prompt's are missing).
+    for convention in [Convention::FullLength, Convention::SuffixOnly] {
+        let setup = Setup::start(
+            &format!("sglang-unstitched-{convention:?}"),
+            Options {
+                convention,
+                stitch: false,
+                ..Options::default()
+            },
+        )
+        .await;
+        let mut differ = 0;
+        for index in 0..6 {
+            let (status, _, bytes) = setup.post_sglang(&sglang_body(index, None, false)).await;
+            assert_eq!(status, StatusCode::OK);
+            let colocated = setup.deployment.sglang_answers(index, None).colocated;
+            differ += usize::from(json_of(&bytes) != colocated);
+        }
+        // A prefill without rows (start == prompt) leaves nothing to stitch.
+        let empty = (0..6)
+            .filter(|&i| {
+                let d = setup.deployment.sglang_draws(i, None)[0];
+                d.start == d.prompt
+            })
+            .count();
+        assert_eq!(differ, 6 - empty, "{convention:?}");
+        assert!(differ > 0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_row_shape_sglang_pairs_are_stitched_or_refused_never_guessed() {
+    let setup = Setup::start(
+        "sglang-no-shape",
+        Options {
+            row_shape: None,
+            ..Options::default()
+        },
+    )
+    .await;
+    let (mut merged, mut refused) = (0, 0);
+    for index in 0..16 {
+        let (status, _, bytes) = setup.post_sglang(&sglang_body(index, None, false)).await;
+        let answer = json_of(&bytes);
+        if status == StatusCode::OK {
+            let colocated = setup.deployment.sglang_answers(index, None).colocated;
+            assert_eq!(answer, colocated, "request {index}");
+            merged += 1;
+        } else {
+            assert_eq!(status, StatusCode::BAD_GATEWAY);
+            assert_eq!(answer["error"]["type"], "stitch_error");
+            assert!(message(&answer).contains("ambiguous"), "{answer}");
+            refused += 1;
+        }
+    }
+    assert!(merged > 0, "{merged} merged, {refused} refused");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sglang_backends_that_fail_are_502_or_504() {
+    let cases = [
+        (Fault::Status500, Fault::None, StatusCode::BAD_GATEWAY),
+        (Fault::None, Fault::Status500, StatusCode::BAD_GATEWAY),
+        (Fault::Truncated, Fault::None, StatusCode::BAD_GATEWAY),
+        (
+            Fault::None,
+            Fault::Slow(Duration::from_millis(1500)),
+            StatusCode::GATEWAY_TIMEOUT,
+        ),
+    ];
+    for (i, (prefill_fault, decode_fault, expected)) in cases.into_iter().enumerate() {
+        let setup = Setup::start(
+            &format!("sglang-fault-{i}"),
+            Options {
+                prefill_fault,
+                decode_fault,
+                timeout: Duration::from_millis(700),
+                ..Options::default()
+            },
+        )
+        .await;
+        let started = Instant::now();
+        let (status, _, bytes) = setup.post_sglang(&sglang_body(0, None, false)).await;
+        assert_eq!(
+            status,
+            expected,
+            "{prefill_fault:?}/{decode_fault:?}: {}",
+            String::from_utf8_lossy(&bytes)
+        );
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+    // A decode without rows beside a prefill with: named, a 502.
+    let setup = Setup::start(
+        "sglang-no-routing",
+        Options {
+            decode_fault: Fault::NoRouting,
+            ..Options::default()
+        },
+    )
+    .await;
+    let (status, _, bytes) = setup.post_sglang(&sglang_body(1, None, false)).await;
+    let answer = json_of(&bytes);
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{answer}");
+    assert_eq!(answer["error"]["type"], "stitch_error");
+}
+
+#[test]
+fn sglang_requests_get_the_bootstrap_fields_once_per_prompt() {
+    let one =
+        pd_router::sglang_request(json!({"text": "hi"}), "10.0.0.1", 8998).expect("an object");
+    assert_eq!(one["bootstrap_host"], "10.0.0.1");
+    assert_eq!(one["bootstrap_port"], 8998);
+    assert!(one["bootstrap_room"].as_u64().is_some_and(|r| r < 1 << 63));
+    let batch =
+        pd_router::sglang_request(json!({"text": ["a", "b", "c"]}), "h", 1).expect("an object");
+    assert_eq!(batch["bootstrap_host"], json!(["h", "h", "h"]));
+    assert_eq!(batch["bootstrap_port"], json!([1, 1, 1]));
+    let rooms = batch["bootstrap_room"].as_array().expect("a list");
+    assert_eq!(
+        rooms
+            .iter()
+            .filter_map(Value::as_u64)
+            .collect::<BTreeSet<_>>()
+            .len(),
+        3,
+        "rooms differ"
+    );
+    let ids =
+        pd_router::sglang_request(json!({"input_ids": [[1, 2], [3]]}), "h", 1).expect("an object");
+    assert_eq!(ids["bootstrap_port"], json!([1, 1]));
+    let flat = pd_router::sglang_request(json!({"input_ids": [1, 2]}), "h", 1).expect("an object");
+    assert_eq!(flat["bootstrap_port"], 1);
+    let refused = pd_router::sglang_request(json!([1]), "h", 1).expect_err("not an object");
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
 }

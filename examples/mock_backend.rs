@@ -1,0 +1,763 @@
+//! A mock backend: one prefill or decode instance of a P/D deployment,
+//! answering as vLLM (`POST /inference/v1/generate`, from the crate's
+//! simulator, [`pd_stitch::sim`]) and as SGLang (`POST /generate`, from its
+//! SGLang model, [`pd_stitch::sglang::model`]) would.
+//!
+//! It is what `examples/pd_router.rs` is tried against by hand and by
+//! `tests/it/router_http.rs`. Which simulated request a body stands for is named
+//! by its `request_id` (`"req-17"` or `17`): the router forwards the same body
+//! to both instances, so the prefill and decode mocks answer for the same
+//! request, and a test can compare the stitched answer with
+//! `Request::draw(seed, 17).truth(choice)`.
+//!
+//! A prefill mock refuses (400) a body that does not ask for exactly one token
+//! (`sampling_params.max_tokens == 1`, `min_tokens` absent or at most 1,
+//! `stream` not true): that is how the tests see that the router rewrote the
+//! prefill's request. A mock can be told to misbehave with `--fault`:
+//! `no-routing` (answer without routed experts), `status-500`, `truncated`
+//! (announce the whole body, send half of it, close), `slow=MS` (wait before
+//! answering).
+//!
+//! **SGLang** (`/generate`). SGLang's P/D router sends the same body to both
+//! instances at once, with `bootstrap_host`, `bootstrap_port` and
+//! `bootstrap_room` added (lists of them for a batch), and the two instances
+//! meet on the room to move the KV cache; so an SGLang mock refuses (400) a
+//! body without them and waits (up to [`RENDEZVOUS`]) for the other role to
+//! be sent the same room, answering 500 when it never is: a router that sends
+//! the two one after the other fails here as it would against SGLang. The
+//! request is named by `rid`; `text` as an array asks for a batch. The
+//! answers are [`pd_stitch::sglang::model`]'s: the prefill's prompt rows, the
+//! decode's in the deployment's [`Convention`], rows of the deployment's
+//! shape; streamed (`"stream": true`) as SGLang streams `/generate`, one
+//! event per generated token, the finished one carrying the rows, then
+//! `data: [DONE]`.
+//!
+//! ```text
+//! cargo run --example mock_backend -- --role prefill --listen 127.0.0.1:8001 --dir /tmp/pd
+//! cargo run --example mock_backend -- --role decode  --listen 127.0.0.1:8002 --dir /tmp/pd
+//! ```
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use clap::Parser;
+use pd_stitch::algebra::Convention;
+use pd_stitch::gather::Store;
+use pd_stitch::sglang::model::{self as sglang, Api, Draw, Shape};
+use pd_stitch::sim::{Mode, Request, Responses};
+use pd_stitch::ROUTED_EXPERTS;
+use serde_json::{json, Value};
+
+/// Which instance of the pair a mock plays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Answers with the prompt's rows (and the first token).
+    Prefill,
+    /// Answers with the completion's rows.
+    Decode,
+}
+
+impl FromStr for Role {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Role, String> {
+        match s {
+            "prefill" => Ok(Role::Prefill),
+            "decode" => Ok(Role::Decode),
+            _ => Err(format!("unknown role {s:?}: expected prefill or decode")),
+        }
+    }
+}
+
+/// How a mock misbehaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// It does not.
+    None,
+    /// Answers without `routed_experts`: as an instance that was not asked to
+    /// return them (on the prefill alone: decode rows with nothing to stitch
+    /// them to).
+    NoRouting,
+    /// Answers 500 with a JSON error.
+    Status500,
+    /// Announces the whole body in `Content-Length`, sends half, and closes.
+    Truncated,
+    /// Waits this long, then answers normally.
+    Slow(Duration),
+}
+
+impl FromStr for Fault {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Fault, String> {
+        match s {
+            "none" => Ok(Fault::None),
+            "no-routing" => Ok(Fault::NoRouting),
+            "status-500" => Ok(Fault::Status500),
+            "truncated" => Ok(Fault::Truncated),
+            _ => match s.strip_prefix("slow=").map(str::parse::<u64>) {
+                Some(Ok(ms)) => Ok(Fault::Slow(Duration::from_millis(ms))),
+                _ => Err(format!(
+                    "unknown fault {s:?}: expected none, no-routing, status-500, truncated or slow=MS"
+                )),
+            },
+        }
+    }
+}
+
+/// Which form the rows travel in: one of the simulator's, or each request's
+/// `index % 3`-th (`mixed`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Forms {
+    /// Always this form.
+    One(Mode),
+    /// By handle, compact and npy in turn by request index.
+    Mixed,
+}
+
+impl Forms {
+    /// The form request `index` is answered in.
+    pub fn of(self, index: usize) -> Mode {
+        match self {
+            Forms::One(mode) => mode,
+            Forms::Mixed => Mode::ALL[index % Mode::ALL.len()],
+        }
+    }
+}
+
+impl FromStr for Forms {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Forms, String> {
+        match s {
+            "by-handle" => Ok(Forms::One(Mode::ByHandle)),
+            "compact" => Ok(Forms::One(Mode::Compact)),
+            "npy" => Ok(Forms::One(Mode::Npy)),
+            "mixed" => Ok(Forms::Mixed),
+            _ => Err(format!(
+                "unknown form {s:?}: expected by-handle, compact, npy or mixed"
+            )),
+        }
+    }
+}
+
+/// The simulated deployment behind one or more mock instances: the seed,
+/// the form, the directory the by-handle files are written to, and a small
+/// cache of answers (a prefill and a decode mock sharing one `Deployment`
+/// draw each request once).
+pub struct Deployment {
+    seed: u64,
+    forms: Forms,
+    dir: PathBuf,
+    cache: Mutex<Cache>,
+    /// The rows' shape of its SGLang answers.
+    pub shape: Shape,
+    /// How its SGLang decode answers.
+    pub convention: Convention,
+    rooms: Rooms,
+}
+
+/// The SGLang bootstrap rooms the mocks were sent, and by which role: where
+/// a prefill and a decode mock meet, as SGLang's instances do.
+#[derive(Default)]
+struct Rooms {
+    seen: Mutex<RoomsSeen>,
+    changed: tokio::sync::Notify,
+}
+
+/// The rooms seen, per role (prefill, decode), oldest first out.
+#[derive(Default)]
+struct RoomsSeen {
+    roles: HashMap<u64, [bool; 2]>,
+    order: VecDeque<u64>,
+}
+
+/// How long an SGLang mock waits for the other role to join its room.
+pub const RENDEZVOUS: Duration = Duration::from_secs(3);
+
+/// The shape of the mocks' SGLang rows unless told otherwise: 8 layers of 4
+/// experts among 64.
+pub const SGLANG_SHAPE: Shape = Shape {
+    layers: 8,
+    top_k: 4,
+    experts: 64,
+};
+
+/// The most recent requests' answers, oldest first out.
+#[derive(Default)]
+struct Cache {
+    answers: HashMap<usize, Arc<Responses>>,
+    order: VecDeque<usize>,
+}
+
+/// How many requests' answers the cache keeps: enough for the requests in
+/// flight and a load run's working set, bounded so a long run stays small.
+const CACHE: usize = 512;
+
+impl Deployment {
+    /// A deployment drawing requests from `seed`, answering in `forms`, with
+    /// its files under `dir`.
+    pub fn new(seed: u64, forms: Forms, dir: PathBuf) -> Deployment {
+        Deployment {
+            seed,
+            forms,
+            dir,
+            cache: Mutex::new(Cache::default()),
+            shape: SGLANG_SHAPE,
+            convention: Convention::FullLength,
+            rooms: Rooms::default(),
+        }
+    }
+
+    /// The same deployment, its SGLang decode answering in `convention`
+    /// with rows of `shape`.
+    pub fn with_sglang(self, shape: Shape, convention: Convention) -> Deployment {
+        Deployment {
+            shape,
+            convention,
+            ..self
+        }
+    }
+
+    /// The SGLang request `index`'s outputs: one, or `batch` of them.
+    pub fn sglang_draws(&self, index: usize, batch: Option<usize>) -> Vec<Draw> {
+        (0..batch.unwrap_or(1))
+            .map(|j| {
+                let request = pd_stitch::sglang::sim::Request::draw(self.seed, index * 16 + j);
+                Draw {
+                    convention: self.convention,
+                    ..request.draws[0]
+                }
+            })
+            .collect()
+    }
+
+    /// What SGLang answers for request `index` (`batch` outputs, or one
+    /// object): prefill, decode and colocated.
+    pub fn sglang_answers(&self, index: usize, batch: Option<usize>) -> sglang::Responses {
+        let draws = self.sglang_draws(index, batch);
+        sglang::responses(Api::Generate, &draws, self.shape, batch.is_some())
+    }
+
+    /// Notes that `role` was sent `room` and waits until the other role has
+    /// been too; `false` when it is not within `wait`.
+    pub async fn meet(&self, room: u64, role: Role, wait: Duration) -> bool {
+        let me = usize::from(role == Role::Decode);
+        let deadline = tokio::time::Instant::now() + wait;
+        {
+            let mut seen = self
+                .rooms
+                .seen
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let seen = &mut *seen;
+            let roles = seen.roles.entry(room).or_insert_with(|| {
+                seen.order.push_back(room);
+                [false; 2]
+            });
+            roles[me] = true;
+            while seen.order.len() > CACHE {
+                if let Some(old) = seen.order.pop_front() {
+                    seen.roles.remove(&old);
+                }
+            }
+        }
+        self.rooms.changed.notify_waiters();
+        loop {
+            // Registered before the check, so no notification is missed.
+            let changed = self.rooms.changed.notified();
+            let other = {
+                let seen = self
+                    .rooms
+                    .seen
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                seen.roles.get(&room).is_some_and(|r| r[1 - me])
+            };
+            if other {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return false;
+            }
+        }
+    }
+
+    /// The cache, locked. A poisoned cache only holds complete entries: it
+    /// stays in use.
+    fn cache(&self) -> MutexGuard<'_, Cache> {
+        self.cache.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The simulator's answers for request `index` in its form, writing its
+    /// files the first time.
+    pub fn answers(&self, index: usize) -> std::io::Result<Arc<Responses>> {
+        if let Some(hit) = self.cache().answers.get(&index).cloned() {
+            return Ok(hit);
+        }
+        let mode = self.forms.of(index);
+        let request = Request::draw(self.seed, index);
+        let forms = request.write(&mut Store::Dir(self.dir.clone()))?;
+        let responses = forms
+            .into_iter()
+            .find(|(m, _)| *m == mode)
+            .map(|(_, r)| Arc::new(r))
+            .ok_or_else(|| std::io::Error::other("the simulator wrote no such form"))?;
+        let mut cache = self.cache();
+        if cache.answers.insert(index, responses.clone()).is_none() {
+            cache.order.push_back(index);
+        }
+        while cache.order.len() > CACHE {
+            if let Some(old) = cache.order.pop_front() {
+                cache.answers.remove(&old);
+            }
+        }
+        Ok(responses)
+    }
+}
+
+/// One mock instance.
+pub struct Mock {
+    /// What it simulates.
+    pub deployment: Arc<Deployment>,
+    /// Prefill or decode.
+    pub role: Role,
+    /// How it misbehaves.
+    pub fault: Fault,
+    /// Every body it was sent, in order (the tests look at them).
+    pub seen: Mutex<Vec<Value>>,
+}
+
+impl Mock {
+    /// A well-behaved instance.
+    pub fn new(deployment: Arc<Deployment>, role: Role) -> Mock {
+        Mock {
+            deployment,
+            role,
+            fault: Fault::None,
+            seen: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The same instance, misbehaving.
+    pub fn with_fault(self, fault: Fault) -> Mock {
+        Mock { fault, ..self }
+    }
+}
+
+/// The mock's HTTP routes.
+pub fn app(mock: Arc<Mock>) -> axum::Router {
+    axum::Router::new()
+        .route("/inference/v1/generate", post(generate))
+        .route("/generate", post(sglang_generate))
+        .with_state(mock)
+}
+
+/// Serves `app` on `listener` until the process ends.
+pub async fn serve(listener: tokio::net::TcpListener, app: axum::Router) -> std::io::Result<()> {
+    axum::serve(listener, app).await
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    let body = json!({"error": {"message": message.into(), "code": status.as_u16()}});
+    (status, axum::Json(body)).into_response()
+}
+
+/// The simulated request a body names: `request_id` as `"req-17"`, `"17"` or `17`.
+fn request_index(body: &Value) -> Option<usize> {
+    match body.get("request_id")? {
+        Value::Number(n) => n.as_u64().and_then(|n| usize::try_from(n).ok()),
+        Value::String(s) => {
+            let digits = s.trim_start_matches(|c: char| !c.is_ascii_digit());
+            digits.parse().ok()
+        }
+        _ => None,
+    }
+}
+
+/// Why a prefill mock refuses `body`, if it does: a prefill is asked for one
+/// token, not streamed.
+fn not_a_prefill_request(body: &Value) -> Option<String> {
+    let params = body.get("sampling_params");
+    let max = params.and_then(|p| p.get("max_tokens"));
+    if max != Some(&json!(1)) {
+        return Some(format!(
+            "a prefill is asked for max_tokens = 1, got {max:?}"
+        ));
+    }
+    if let Some(min) = params.and_then(|p| p.get("min_tokens")) {
+        if min.as_u64().is_none_or(|m| m > 1) {
+            return Some(format!("a prefill is asked for min_tokens <= 1, got {min}"));
+        }
+    }
+    if body.get("stream") == Some(&Value::Bool(true)) {
+        return Some("a prefill is not streamed".into());
+    }
+    None
+}
+
+/// Removes the routed experts from every choice of `response`, inline or by
+/// handle; other payload segments stay.
+pub fn without_routing(mut response: Value) -> Value {
+    let choices = response.get_mut("choices").and_then(Value::as_array_mut);
+    for choice in choices.into_iter().flatten() {
+        let Some(choice) = choice.as_object_mut() else {
+            continue;
+        };
+        choice.remove(ROUTED_EXPERTS);
+        if let Some(payload) = choice.get_mut("payload").and_then(Value::as_array_mut) {
+            payload.retain(|s| s.get("field").and_then(Value::as_str) != Some(ROUTED_EXPERTS));
+        }
+    }
+    response
+}
+
+async fn generate(State(mock): State<Arc<Mock>>, body: Bytes) -> Response {
+    let body: Value = match serde_json::from_slice(&body) {
+        Ok(body) => body,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("the body is not JSON: {e}"),
+            )
+        }
+    };
+    mock.seen
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(body.clone());
+    match mock.fault {
+        Fault::Status500 => {
+            return error(StatusCode::INTERNAL_SERVER_ERROR, "mock: internal error");
+        }
+        Fault::Slow(delay) => tokio::time::sleep(delay).await,
+        Fault::None | Fault::NoRouting | Fault::Truncated => {}
+    }
+    let Some(index) = request_index(&body) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "the mock needs a request_id naming the simulated request, e.g. \"req-17\"",
+        );
+    };
+    if mock.role == Role::Prefill {
+        if let Some(why) = not_a_prefill_request(&body) {
+            return error(StatusCode::BAD_REQUEST, why);
+        }
+    }
+    // Writing the files is blocking I/O: off the async workers.
+    let deployment = mock.deployment.clone();
+    let answers = match tokio::task::spawn_blocking(move || deployment.answers(index)).await {
+        Ok(Ok(answers)) => answers,
+        Ok(Err(e)) => return error(StatusCode::INTERNAL_SERVER_ERROR, format!("mock: {e}")),
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, format!("mock: {e}")),
+    };
+    let mut response = match mock.role {
+        Role::Prefill => answers.prefill.clone(),
+        Role::Decode => answers.decode.clone(),
+    };
+    if mock.fault == Fault::NoRouting {
+        response = without_routing(response);
+    }
+    if mock.role == Role::Prefill {
+        // What a vLLM prefill instance hands the decode through the router:
+        // where to pull the prompt's KV cache from.
+        response["kv_transfer_params"] =
+            json!({"do_remote_prefill": true, "remote_request_id": index});
+    }
+    if body.get("stream") == Some(&Value::Bool(true)) {
+        // As vLLM's `/inference/v1/generate` streams: per choice, token
+        // chunks, then the chunk on which routing is available (here the
+        // choice's whole answer, rows and all), a usage chunk with
+        // `"choices": []`, and `[DONE]`; each event sent in two pieces, so
+        // that a router sees events split across reads.
+        let id = response.get("request_id").cloned().unwrap_or(json!(index));
+        let choices = response["choices"].as_array().cloned().unwrap_or_default();
+        let mut events = Vec::new();
+        for (i, choice) in choices.into_iter().enumerate() {
+            for token in 0..2 {
+                events.push(json!({"request_id": id, "choices": [
+                    {"index": i, "token_ids": [token], "finish_reason": null, "routed_experts": null}]}));
+            }
+            let mut choice = choice;
+            choice["index"] = json!(i);
+            choice["finish_reason"] = json!("length");
+            events.push(json!({"request_id": id, "choices": [choice]}));
+        }
+        events.push(json!({"request_id": id, "choices": [], "usage": response.get("usage")}));
+        return sse(&events);
+    }
+    let bytes = match serde_json::to_vec(&response) {
+        Ok(bytes) => bytes,
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, format!("mock: {e}")),
+    };
+    if mock.fault == Fault::Truncated {
+        // The headers and half the body go out; then the body fails.
+        return truncated(bytes);
+    }
+    ([(header::CONTENT_TYPE, "application/json")], bytes).into_response()
+}
+
+/// The SGLang bootstrap fields of `body`: its room (the first, for a
+/// batch) and the batch's size, or why the body is not a P/D request.
+fn bootstrap(body: &Value) -> Result<(u64, Option<usize>), String> {
+    let missing = || {
+        "a P/D SGLang instance is sent bootstrap_host, bootstrap_port and bootstrap_room".to_owned()
+    };
+    let (host, port) = (body.get("bootstrap_host"), body.get("bootstrap_port"));
+    let room = body.get("bootstrap_room").ok_or_else(missing)?;
+    let (host, port) = (host.ok_or_else(missing)?, port.ok_or_else(missing)?);
+    let batch = match body.get("text") {
+        Some(Value::Array(texts)) => Some(texts.len()),
+        _ => None,
+    };
+    let one = |v: &Value| {
+        v.as_u64()
+            .ok_or_else(|| format!("bootstrap_room {v} is not a u64"))
+    };
+    match (batch, room) {
+        (None, room) if host.is_string() && port.is_u64() => Ok((one(room)?, None)),
+        (Some(n), Value::Array(rooms)) if n > 0 && rooms.len() == n => {
+            let counted = |v: &Value| v.as_array().is_some_and(|a| a.len() == n);
+            if !counted(host) || !counted(port) {
+                return Err(format!(
+                    "a batch of {n} is sent {n} bootstrap hosts and ports"
+                ));
+            }
+            Ok((one(&rooms[0])?, Some(n)))
+        }
+        _ => Err(format!(
+            "bootstrap fields {host}, {port}, {room} do not fit a request of {} texts",
+            batch.map_or("one".to_owned(), |n| n.to_string())
+        )),
+    }
+}
+
+/// Removes the routed experts from every output of an SGLang answer.
+pub fn sglang_without_routing(mut response: Value) -> Value {
+    let items = match &mut response {
+        Value::Array(items) => items.iter_mut().collect::<Vec<_>>(),
+        item => vec![item],
+    };
+    for item in items {
+        if let Some(meta) = item.get_mut("meta_info").and_then(Value::as_object_mut) {
+            meta.remove(ROUTED_EXPERTS);
+        }
+    }
+    response
+}
+
+/// An SGLang output as a `/generate` stream writes it: one event per
+/// generated token, each with the `meta_info` of that moment (no rows:
+/// SGLang collects them for a finished request), the last the whole
+/// output, rows and all.
+fn sglang_events(output: &Value) -> Vec<Value> {
+    let completion = output["meta_info"]["completion_tokens"]
+        .as_u64()
+        .unwrap_or(1);
+    let mut events = Vec::new();
+    for k in 1..completion {
+        let mut event = output.clone();
+        event["output_ids"] = json!((0..k).collect::<Vec<_>>());
+        event["text"] = json!("");
+        if let Some(meta) = event["meta_info"].as_object_mut() {
+            meta.remove(ROUTED_EXPERTS);
+            meta.insert("completion_tokens".into(), json!(k));
+            meta.insert("finish_reason".into(), Value::Null);
+        }
+        events.push(event);
+    }
+    events.push(output.clone());
+    events
+}
+
+/// `events` as an SSE body (`data: {json}`, a blank line, `data: [DONE]`),
+/// each event sent in two pieces.
+fn sse(events: &[Value]) -> Response {
+    let mut pieces: Vec<Bytes> = Vec::new();
+    for data in events {
+        let text = format!("data: {data}\n\n").into_bytes();
+        let half = text.len() / 2;
+        pieces.push(Bytes::copy_from_slice(&text[..half]));
+        pieces.push(Bytes::copy_from_slice(&text[half..]));
+    }
+    pieces.push(Bytes::from_static(b"data: [DONE]\n\n"));
+    let chunks = futures_util::stream::iter(pieces.into_iter().map(Ok::<_, std::io::Error>));
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .body(Body::from_stream(chunks))
+        .unwrap_or_else(|e| error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+}
+
+async fn sglang_generate(State(mock): State<Arc<Mock>>, body: Bytes) -> Response {
+    let body: Value = match serde_json::from_slice(&body) {
+        Ok(body) => body,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("the body is not JSON: {e}"),
+            )
+        }
+    };
+    mock.seen
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(body.clone());
+    let (room, batch) = match bootstrap(&body) {
+        Ok(found) => found,
+        Err(why) => return error(StatusCode::BAD_REQUEST, why),
+    };
+    let rid = body.get("rid").map(|rid| match rid {
+        Value::Array(rids) => rids.first().cloned().unwrap_or(Value::Null),
+        rid => rid.clone(),
+    });
+    let Some(index) = rid.and_then(|rid| request_index(&json!({ "request_id": rid }))) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "the mock needs a rid naming the simulated request, e.g. \"req-17\"",
+        );
+    };
+    match mock.fault {
+        Fault::Status500 => {
+            return error(StatusCode::INTERNAL_SERVER_ERROR, "mock: internal error");
+        }
+        Fault::Slow(delay) => tokio::time::sleep(delay).await,
+        Fault::None | Fault::NoRouting | Fault::Truncated => {}
+    }
+    // The KV cache moves between the two instances of one room: neither
+    // answers before the other has been sent the request.
+    if !mock.deployment.meet(room, mock.role, RENDEZVOUS).await {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!(
+                "mock: the other instance was never sent bootstrap room {room} (within {RENDEZVOUS:?})"
+            ),
+        );
+    }
+    let answers = mock.deployment.sglang_answers(index, batch);
+    let mut response = match mock.role {
+        Role::Prefill => answers.prefill,
+        Role::Decode => answers.decode,
+    };
+    if mock.fault == Fault::NoRouting {
+        response = sglang_without_routing(response);
+    }
+    if body.get("stream") == Some(&Value::Bool(true)) {
+        let Value::Object(_) = &response else {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "mock: a streamed batch is not simulated",
+            );
+        };
+        return sse(&sglang_events(&response));
+    }
+    let bytes = match serde_json::to_vec(&response) {
+        Ok(bytes) => bytes,
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, format!("mock: {e}")),
+    };
+    if mock.fault == Fault::Truncated {
+        return truncated(bytes);
+    }
+    ([(header::CONTENT_TYPE, "application/json")], bytes).into_response()
+}
+
+/// A response announcing `bytes` whole that sends half of it and fails, as
+/// a backend dying mid-answer: the connection is closed.
+fn truncated(bytes: Vec<u8>) -> Response {
+    let full = bytes.len();
+    let half = Bytes::from(bytes).slice(..full / 2);
+    // States: the half to send, then the failure, then the end.
+    let chunks = futures_util::stream::unfold(Some(Some(half)), |state| async move {
+        match state? {
+            Some(half) => Some((Ok(half), Some(None))),
+            None => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let died = std::io::Error::other("mock: died mid-answer");
+                Some((Err(died), None))
+            }
+        }
+    });
+    Response::builder()
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CONTENT_LENGTH, full)
+        .body(Body::from_stream(chunks))
+        .unwrap_or_else(|e| error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+}
+
+/// A mock vLLM or SGLang backend answering with simulated P/D responses.
+#[derive(Parser, Debug)]
+#[command(name = "mock_backend")]
+struct Args {
+    /// prefill or decode.
+    #[arg(long)]
+    role: Role,
+    /// Where to listen (port 0: any free port, printed at start).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// by-handle, compact, npy, or mixed (each in turn by request index).
+    #[arg(long, default_value = "mixed")]
+    mode: Forms,
+    /// The simulation's seed; a prefill and a decode mock must share it.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Where by-handle files are written; a prefill and a decode mock must share it.
+    #[arg(long)]
+    dir: PathBuf,
+    /// none, no-routing, status-500, truncated or slow=MS.
+    #[arg(long, default_value = "none")]
+    fault: Fault,
+    /// How an SGLang decode answers: full-length (unpatched SGLang) or
+    /// suffix-only (slime's patch).
+    #[arg(long, default_value = "full-length", value_parser = convention)]
+    sglang_decode: Convention,
+    /// The SGLang rows' shape, LAYERS,TOP_K (ids below 64).
+    #[arg(long, default_value = "8,4", value_parser = shape)]
+    sglang_row_shape: Shape,
+}
+
+fn convention(s: &str) -> Result<Convention, String> {
+    match s {
+        "full-length" => Ok(Convention::FullLength),
+        "suffix-only" => Ok(Convention::SuffixOnly),
+        _ => Err(format!(
+            "unknown convention {s:?}: expected full-length or suffix-only"
+        )),
+    }
+}
+
+fn shape(s: &str) -> Result<Shape, String> {
+    let parse = |n: &str| n.trim().parse::<u64>().ok().filter(|&n| n > 0);
+    match s.split_once(',').map(|(l, k)| (parse(l), parse(k))) {
+        Some((Some(layers), Some(top_k))) => Ok(Shape {
+            layers,
+            top_k,
+            experts: 64,
+        }),
+        _ => Err(format!("{s:?} is not LAYERS,TOP_K (two positive integers)")),
+    }
+}
+
+#[tokio::main]
+async fn main() -> std::io::Result<()> {
+    let args = Args::parse();
+    let deployment = Arc::new(
+        Deployment::new(args.seed, args.mode, args.dir)
+            .with_sglang(args.sglang_row_shape, args.sglang_decode),
+    );
+    let mock = Mock::new(deployment, args.role).with_fault(args.fault);
+    let listener = tokio::net::TcpListener::bind(args.listen).await?;
+    println!(
+        "mock {:?} listening on http://{}",
+        args.role,
+        listener.local_addr()?
+    );
+    serve(listener, app(Arc::new(mock))).await
+}
