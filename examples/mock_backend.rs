@@ -21,10 +21,14 @@
 //! **SGLang** (`/generate`). SGLang's P/D router sends the same body to both
 //! instances at once, with `bootstrap_host`, `bootstrap_port` and
 //! `bootstrap_room` added (lists of them for a batch), and the two instances
-//! meet on the room to move the KV cache; so an SGLang mock refuses (400) a
-//! body without them and waits (up to [`RENDEZVOUS`]) for the other role to
-//! be sent the same room, answering 500 when it never is: a router that sends
-//! the two one after the other fails here as it would against SGLang. The
+//! meet on the room to move the KV cache: the decode asks the prefill's
+//! bootstrap server, at that host and port, for the room. So an SGLang mock
+//! refuses (400) a body without them; a prefill mock serves
+//! `GET /bootstrap/{room}` on its own port (so the router's bootstrap port is
+//! the prefill mock's port) and waits, up to [`RENDEZVOUS`], for the decode to
+//! ask for its room, and a decode mock asks; either answers 500 when the
+//! other never comes. A router that sends the two one after the other fails
+//! here as it would against SGLang. The
 //! request is named by `rid`; `text` as an array asks for a batch. The
 //! answers are [`pd_stitch::sglang::model`]'s: the prefill's prompt rows, the
 //! decode's in the deployment's [`Convention`], rows of the deployment's
@@ -45,7 +49,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -64,6 +68,9 @@ pub enum Role {
     Prefill,
     /// Answers with the completion's rows.
     Decode,
+    /// Answers as one server computing both, the answer a P/D router's
+    /// stitched answer must equal (no bootstrap room for SGLang).
+    Colocated,
 }
 
 impl FromStr for Role {
@@ -73,7 +80,10 @@ impl FromStr for Role {
         match s {
             "prefill" => Ok(Role::Prefill),
             "decode" => Ok(Role::Decode),
-            _ => Err(format!("unknown role {s:?}: expected prefill or decode")),
+            "colocated" => Ok(Role::Colocated),
+            _ => Err(format!(
+                "unknown role {s:?}: expected prefill, decode or colocated"
+            )),
         }
     }
 }
@@ -335,6 +345,8 @@ pub struct Mock {
     pub fault: Fault,
     /// Every body it was sent, in order (the tests look at them).
     pub seen: Mutex<Vec<Value>>,
+    /// How a decode mock reaches the prefill's bootstrap server.
+    client: reqwest::Client,
 }
 
 impl Mock {
@@ -345,6 +357,7 @@ impl Mock {
             role,
             fault: Fault::None,
             seen: Mutex::new(Vec::new()),
+            client: reqwest::Client::new(),
         }
     }
 
@@ -359,6 +372,7 @@ pub fn app(mock: Arc<Mock>) -> axum::Router {
     axum::Router::new()
         .route("/inference/v1/generate", post(generate))
         .route("/generate", post(sglang_generate))
+        .route("/bootstrap/{room}", axum::routing::get(bootstrap_room))
         .with_state(mock)
 }
 
@@ -463,6 +477,7 @@ async fn generate(State(mock): State<Arc<Mock>>, body: Bytes) -> Response {
     let mut response = match mock.role {
         Role::Prefill => answers.prefill.clone(),
         Role::Decode => answers.decode.clone(),
+        Role::Colocated => answers.colocated.clone(),
     };
     if mock.fault == Fault::NoRouting {
         response = without_routing(response);
@@ -541,6 +556,46 @@ fn bootstrap(body: &Value) -> Result<(u64, Option<usize>), String> {
     }
 }
 
+/// A prefill's bootstrap server: the decode asks for `room`, and is
+/// answered once the prefill has been sent it (200), or not in time (504).
+async fn bootstrap_room(State(mock): State<Arc<Mock>>, Path(room): Path<u64>) -> Response {
+    if mock.role != Role::Prefill {
+        return error(
+            StatusCode::NOT_FOUND,
+            "mock: only a prefill has a bootstrap server",
+        );
+    }
+    if mock.deployment.meet(room, Role::Decode, RENDEZVOUS).await {
+        StatusCode::OK.into_response()
+    } else {
+        error(
+            StatusCode::GATEWAY_TIMEOUT,
+            format!("mock: the prefill was never sent bootstrap room {room}"),
+        )
+    }
+}
+
+/// A decode joins `room` at the prefill's bootstrap server the body names:
+/// whether the prefill was sent the room in time.
+async fn join(client: &reqwest::Client, body: &Value, room: u64) -> bool {
+    let first = |v: Option<&Value>| match v {
+        Some(Value::Array(items)) => items.first().cloned(),
+        v => v.cloned(),
+    };
+    let host = first(body.get("bootstrap_host"));
+    let port = first(body.get("bootstrap_port"));
+    let (Some(Value::String(host)), Some(port)) = (host, port.and_then(|p| p.as_u64())) else {
+        return false;
+    };
+    let url = format!("http://{host}:{port}/bootstrap/{room}");
+    let asked = client
+        .get(url)
+        .timeout(RENDEZVOUS + Duration::from_secs(1))
+        .send()
+        .await;
+    asked.is_ok_and(|r| r.status().is_success())
+}
+
 /// Removes the routed experts from every output of an SGLang answer.
 pub fn sglang_without_routing(mut response: Value) -> Value {
     let items = match &mut response {
@@ -611,9 +666,13 @@ async fn sglang_generate(State(mock): State<Arc<Mock>>, body: Bytes) -> Response
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .push(body.clone());
-    let (room, batch) = match bootstrap(&body) {
-        Ok(found) => found,
-        Err(why) => return error(StatusCode::BAD_REQUEST, why),
+    let (room, batch) = match (mock.role, bootstrap(&body)) {
+        (Role::Colocated, _) => (
+            None,
+            body.get("text").and_then(Value::as_array).map(Vec::len),
+        ),
+        (_, Ok((room, batch))) => (Some(room), batch),
+        (_, Err(why)) => return error(StatusCode::BAD_REQUEST, why),
     };
     let rid = body.get("rid").map(|rid| match rid {
         Value::Array(rids) => rids.first().cloned().unwrap_or(Value::Null),
@@ -634,11 +693,17 @@ async fn sglang_generate(State(mock): State<Arc<Mock>>, body: Bytes) -> Response
     }
     // The KV cache moves between the two instances of one room: neither
     // answers before the other has been sent the request.
-    if !mock.deployment.meet(room, mock.role, RENDEZVOUS).await {
+    let met = match (room, mock.role) {
+        (None, _) | (_, Role::Colocated) => true,
+        (Some(room), Role::Prefill) => mock.deployment.meet(room, Role::Prefill, RENDEZVOUS).await,
+        (Some(room), Role::Decode) => join(&mock.client, &body, room).await,
+    };
+    if !met {
         return error(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!(
-                "mock: the other instance was never sent bootstrap room {room} (within {RENDEZVOUS:?})"
+                "mock: the other instance was never sent bootstrap room {} (within {RENDEZVOUS:?})",
+                room.unwrap_or_default()
             ),
         );
     }
@@ -646,6 +711,7 @@ async fn sglang_generate(State(mock): State<Arc<Mock>>, body: Bytes) -> Response
     let mut response = match mock.role {
         Role::Prefill => answers.prefill,
         Role::Decode => answers.decode,
+        Role::Colocated => answers.colocated,
     };
     if mock.fault == Fault::NoRouting {
         response = sglang_without_routing(response);
@@ -696,7 +762,7 @@ fn truncated(bytes: Vec<u8>) -> Response {
 #[derive(Parser, Debug)]
 #[command(name = "mock_backend")]
 struct Args {
-    /// prefill or decode.
+    /// prefill, decode or colocated.
     #[arg(long)]
     role: Role,
     /// Where to listen (port 0: any free port, printed at start).

@@ -21,16 +21,27 @@ A `StitchError` is a 502 whose body names it (kind, location, message); a
 failing backend is a 502, one slower than `--timeout` a 504, and a 4xx of a
 backend is passed on.
 
+`POST /generate` is SGLang's: both backends are sent the client's body at
+once (each waits for the other in the bootstrap room to move the KV cache),
+with `bootstrap_host` (the prefill's host), `bootstrap_port`
+(`--bootstrap-port`) and a fresh `bootstrap_room` added, a list of each for a
+batch, as SGLang's own P/D router adds them; the prefill's is not streamed.
+The same merge finds SGLang's rows by their keys; `--row-shape LAYERS,TOP_K`
+places them (without it, a pair whose counts leave the positions ambiguous is
+a 502).
+
 Built on aiohttp: one maintained package that is both the server and the
 client, on one event loop, with streaming both ways and per-request timeouts;
 Starlette/uvicorn would need a third package (httpx) for the client side.
 
     python examples/pd_proxy.py --prefill http://127.0.0.1:8001 \
-        --decode http://127.0.0.1:8002 --listen 127.0.0.1:8000
+        --decode http://127.0.0.1:8002 --listen 127.0.0.1:8000 --row-shape 48,8
 """
 import argparse
 import asyncio
 import json
+import random
+import urllib.parse
 
 import aiohttp
 from aiohttp import web
@@ -38,6 +49,7 @@ from aiohttp import web
 import pd_stitch
 
 GENERATE = "/inference/v1/generate"
+SGLANG_GENERATE = "/generate"
 
 
 class Failure(Exception):
@@ -68,6 +80,28 @@ def prefill_request(request):
     return prefill
 
 
+def sglang_request(request, host, port):
+    """The SGLang body both instances are sent: the client's, with the
+    prefill's bootstrap address and a fresh room (one of each per prompt for
+    a batch: `text` or `input_ids` a list of prompts)."""
+    if not isinstance(request, dict):
+        raise Failure(400, "invalid_request", "the request body must be a JSON object")
+    text, ids = request.get("text"), request.get("input_ids")
+    if isinstance(text, list):
+        batch = len(text)
+    elif text is None and isinstance(ids, list) and ids and isinstance(ids[0], list):
+        batch = len(ids)
+    else:
+        batch = None
+    room = lambda: random.getrandbits(63)  # SGLang's router draws rooms in [0, 2**63)
+    if batch is None:
+        fields = {"bootstrap_host": host, "bootstrap_port": port, "bootstrap_room": room()}
+    else:
+        fields = {"bootstrap_host": [host] * batch, "bootstrap_port": [port] * batch,
+                  "bootstrap_room": [room() for _ in range(batch)]}
+    return dict(request, **fields)
+
+
 def decode_request(request, kv_transfer_params):
     """The client's request, with the prefill's kv_transfer_params."""
     if kv_transfer_params is None:
@@ -76,9 +110,11 @@ def decode_request(request, kv_transfer_params):
 
 
 class Proxy:
-    def __init__(self, prefill, decode, timeout):
+    def __init__(self, prefill, decode, timeout, row_shape=None, bootstrap_port=8998):
         self.backends = {"prefill": prefill.rstrip("/"), "decode": decode.rstrip("/")}
         self.timeout = timeout
+        self.row_shape = row_shape
+        self.bootstrap_port = bootstrap_port
         self.session = None
 
     async def start(self, app):
@@ -87,7 +123,7 @@ class Proxy:
     async def stop(self, app):
         await self.session.close()
 
-    async def send(self, backend, body, deadline=True):
+    async def send(self, backend, body, deadline=True, path=GENERATE):
         """POSTs `body` to `backend`; the response when it succeeded. With
         `deadline` the whole answer must come within the timeout (the caller
         reads it inside `read`); without, each read must."""
@@ -95,7 +131,7 @@ class Proxy:
             aiohttp.ClientTimeout(total=None, sock_read=self.timeout, sock_connect=self.timeout)
         try:
             response = await self.session.post(
-                self.backends[backend] + GENERATE, data=json.dumps(body).encode(),
+                self.backends[backend] + path, data=json.dumps(body).encode(),
                 headers={"content-type": "application/json"}, timeout=timeout)
         except asyncio.TimeoutError:
             raise Failure(504, "backend_timeout", f"the {backend} backend did not answer within {self.timeout} s")
@@ -110,9 +146,9 @@ class Proxy:
             raise Failure(502, "backend_error", message)
         return response
 
-    async def read(self, backend, body):
+    async def read(self, backend, body, path=GENERATE):
         """The whole body of a successful answer of `backend`, as bytes."""
-        response = await self.send(backend, body)
+        response = await self.send(backend, body, path=path)
         try:
             return await response.read()
         except asyncio.TimeoutError:
@@ -127,6 +163,60 @@ class Proxy:
             return await self.stitched(request)
         except Failure as failure:
             return failure.response()
+
+    async def sglang_generate(self, request):
+        try:
+            return await self.sglang_stitched(request)
+        except Failure as failure:
+            return failure.response()
+
+    async def sglang_stitched(self, http_request):
+        try:
+            request = json.loads(await http_request.read())
+        except ValueError as e:
+            raise Failure(400, "invalid_request", f"the request body is not JSON: {e}")
+        host = urllib.parse.urlsplit(self.backends["prefill"]).hostname
+        decode_body = sglang_request(request, host, self.bootstrap_port)
+        prefill_body = dict(decode_body, stream=False)
+        stream = decode_body.get("stream") is True
+        prefill = asyncio.ensure_future(self.read("prefill", prefill_body, path=SGLANG_GENERATE))
+        if stream:
+            decode = asyncio.ensure_future(
+                self.send("decode", decode_body, deadline=False, path=SGLANG_GENERATE))
+        else:
+            decode = asyncio.ensure_future(self.read("decode", decode_body, path=SGLANG_GENERATE))
+        try:
+            # At once: each instance waits for the other in the bootstrap room.
+            prefill, decode = await asyncio.gather(prefill, decode)
+        except BaseException:
+            for task in (prefill, decode):
+                task.cancel()
+            # A streamed decode's response that did arrive is released.
+            if stream and decode.done() and not decode.cancelled() and decode.exception() is None:
+                decode.result().release()
+            raise
+        if stream:
+            return await self.stream_through(http_request, decode, self.stream_stitcher(prefill))
+        return await self.merged(prefill, decode)
+
+    def stream_stitcher(self, prefill):
+        try:
+            return pd_stitch.StreamStitcher(prefill, row_shape=self.row_shape)
+        except pd_stitch.StitchError as e:
+            raise Failure(502, "backend_error", f"the prefill backend's response is not JSON: {e}")
+
+    async def merged(self, prefill, decode):
+        """The decode's body stitched with the prefill's, as a response."""
+        try:
+            # On a worker thread: the merge releases the GIL, so a large inline
+            # merge does not stall the event loop.
+            merged = await asyncio.get_running_loop().run_in_executor(
+                None, lambda: pd_stitch.merge_routed_experts_for_pd(prefill, decode, row_shape=self.row_shape))
+        except pd_stitch.StitchError as e:
+            raise Failure(502, "stitch_error",
+                          f"cannot stitch the prefill's and the decode's responses: {e}",
+                          kind=e.kind, location=e.location)
+        return web.Response(body=merged, content_type="application/json")
 
     async def stitched(self, http_request):
         try:
@@ -145,28 +235,16 @@ class Proxy:
             raise Failure(502, "backend_error", f"the prefill backend's response is not a JSON object: {e}")
 
         if stream:
-            try:
-                stitcher = pd_stitch.StreamStitcher(prefill)
-            except pd_stitch.StitchError as e:
-                raise Failure(502, "backend_error", f"the prefill backend's response is not JSON: {e}")
-            return await self.pass_through(http_request, decode_request(request, kv_transfer_params), stitcher)
+            stitcher = self.stream_stitcher(prefill)
+            response = await self.send("decode", decode_request(request, kv_transfer_params), deadline=False)
+            return await self.stream_through(http_request, response, stitcher)
 
         decode = await self.read("decode", decode_request(request, kv_transfer_params))
-        try:
-            # On a worker thread: the merge releases the GIL, so a large inline
-            # merge does not stall the event loop.
-            merged = await asyncio.get_running_loop().run_in_executor(
-                None, pd_stitch.merge_routed_experts_for_pd, prefill, decode)
-        except pd_stitch.StitchError as e:
-            raise Failure(502, "stitch_error",
-                          f"cannot stitch the prefill's and the decode's responses: {e}",
-                          kind=e.kind, location=e.location)
-        return web.Response(body=merged, content_type="application/json")
+        return await self.merged(prefill, decode)
 
-    async def pass_through(self, http_request, body, stitcher):
-        """The decode's stream through `stitcher`, each read sent on as soon
-        as the stitcher gives it back."""
-        response = await self.send("decode", body, deadline=False)
+    async def stream_through(self, http_request, response, stitcher):
+        """The decode's stream (`response`) through `stitcher`, each read sent
+        on as soon as the stitcher gives it back."""
         out = web.StreamResponse(status=response.status)
         if "content-type" in response.headers:
             out.headers["content-type"] = response.headers["content-type"]
@@ -191,13 +269,25 @@ class Proxy:
         return out
 
 
-def app(prefill, decode, timeout=30.0):
-    proxy = Proxy(prefill, decode, timeout)
+def app(prefill, decode, timeout=30.0, row_shape=None, bootstrap_port=8998):
+    proxy = Proxy(prefill, decode, timeout, row_shape, bootstrap_port)
     application = web.Application(client_max_size=1 << 30)
     application.router.add_post(GENERATE, proxy.generate)
+    application.router.add_post(SGLANG_GENERATE, proxy.sglang_generate)
     application.on_startup.append(proxy.start)
     application.on_cleanup.append(proxy.stop)
     return application
+
+
+def row_shape(text):
+    """`LAYERS,TOP_K` as a pair of positive integers."""
+    try:
+        layers, top_k = (int(n) for n in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not LAYERS,TOP_K")
+    if layers <= 0 or top_k <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: both must be positive")
+    return layers, top_k
 
 
 def main():
@@ -206,9 +296,13 @@ def main():
     parser.add_argument("--decode", required=True, help="the decode backend's base URL")
     parser.add_argument("--listen", default="127.0.0.1:8000", help="HOST:PORT (port 0: any free port)")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds a backend may take")
+    parser.add_argument("--row-shape", type=row_shape, default=None,
+                        help="LAYERS,TOP_K of the model's rows, which place SGLang's rows")
+    parser.add_argument("--bootstrap-port", type=int, default=8998, help="the SGLang prefill's bootstrap port")
     args = parser.parse_args()
     host, _, port = args.listen.rpartition(":")
-    web.run_app(app(args.prefill, args.decode, args.timeout), host=host, port=int(port),
+    application = app(args.prefill, args.decode, args.timeout, args.row_shape, args.bootstrap_port)
+    web.run_app(application, host=host, port=int(port),
                 print=lambda line: print(line, flush=True))
 
 

@@ -22,9 +22,10 @@ TIMEOUT = aiohttp.ClientTimeout(total=60)
 class Mock:
     """One mock backend process, on a port it picks and prints."""
 
-    def __init__(self, binary, role, root, fault="none"):
+    def __init__(self, binary, role, root, fault="none", extra=()):
         self.process = subprocess.Popen(
-            [str(binary), "--role", role, "--listen", "127.0.0.1:0", "--dir", str(root), "--fault", fault],
+            [str(binary), "--role", role, "--listen", "127.0.0.1:0", "--dir", str(root), "--fault", fault,
+             *extra],
             stdout=subprocess.PIPE, text=True)
         # The mock prints its address first; wait for it a bounded time.
         ready, _, _ = select.select([self.process.stdout], [], [], 60)
@@ -45,9 +46,14 @@ class Mock:
 def backends(mock_backend, tmp_path):
     started = []
 
-    def start(prefill_fault="none", decode_fault="none"):
-        mocks = Mock(mock_backend, "prefill", tmp_path, prefill_fault), Mock(mock_backend, "decode", tmp_path, decode_fault)
+    def start(prefill_fault="none", decode_fault="none", colocated=False, extra=()):
+        mocks = (Mock(mock_backend, "prefill", tmp_path, prefill_fault, extra),
+                 Mock(mock_backend, "decode", tmp_path, decode_fault, extra))
         started.extend(mocks)
+        if colocated:
+            # The server whose answers a stitched one must equal.
+            started.append(Mock(mock_backend, "colocated", tmp_path, extra=extra))
+            return mocks[0].url, mocks[1].url, started[-1].url
         return mocks[0].url, mocks[1].url, tmp_path
 
     yield start
@@ -55,15 +61,19 @@ def backends(mock_backend, tmp_path):
         mock.stop()
 
 
-async def with_proxy(prefill, decode, requests, timeout=10.0):
-    """Starts the proxy on an ephemeral loopback port, POSTs each body, and
-    returns [(status, body bytes)]."""
-    runner = web.AppRunner(pd_proxy.app(prefill, decode, timeout))
+async def with_proxy(prefill, decode, requests, timeout=10.0, path=pd_proxy.GENERATE, row_shape=None):
+    """Starts the proxy on an ephemeral loopback port, POSTs each body to
+    `path`, and returns [(status, body bytes)]."""
+    # The prefill mock's bootstrap server (where an SGLang decode joins its
+    # room) is on the mock's own port.
+    bootstrap_port = int(prefill.rsplit(":", 1)[1])
+    runner = web.AppRunner(pd_proxy.app(prefill, decode, timeout, row_shape=row_shape,
+                                        bootstrap_port=bootstrap_port))
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     host, port = runner.addresses[0][:2]
-    url = f"http://{host}:{port}{pd_proxy.GENERATE}"
+    url = f"http://{host}:{port}{path}"
     try:
         async with aiohttp.ClientSession(timeout=TIMEOUT) as session:
             async def post(body):
@@ -258,3 +268,98 @@ async def _timed(coroutine):
     start = asyncio.get_running_loop().time()
     [answer] = await coroutine
     return answer, asyncio.get_running_loop().time() - start
+
+
+# SGLang's /generate: both instances at once (the mocks wait for each other in
+# the bootstrap room, as SGLang's do), the answer equal to a colocated server's.
+
+def sglang_body(index, batch=None, stream=False):
+    text = "What is 6 x 7?" if batch is None else ["What is 6 x 7?"] * batch
+    return {"rid": f"req-{index}", "text": text, "return_routed_experts": True, "stream": stream,
+            "sampling_params": {"max_new_tokens": 96}}
+
+
+async def colocated_answers(url, bodies):
+    async with aiohttp.ClientSession(timeout=TIMEOUT) as session:
+        async def post(body):
+            async with session.post(url + pd_proxy.SGLANG_GENERATE, json=dict(body, stream=False)) as response:
+                assert response.status == 200
+                return json.loads(await response.read())
+        return await asyncio.gather(*(post(body) for body in bodies))
+
+
+@pytest.mark.parametrize("convention", ["full-length", "suffix-only"])
+def test_sglang_answers_equal_the_colocated_servers(backends, convention):
+    prefill, decode, colocated = backends(colocated=True, extra=("--sglang-decode", convention))
+    bodies = [sglang_body(i, batch=(2 if i == 3 else None)) for i in range(6)]
+    answers = asyncio.run(with_proxy(prefill, decode, bodies, path=pd_proxy.SGLANG_GENERATE, row_shape=(8, 4)))
+    truth = asyncio.run(colocated_answers(colocated, bodies))
+    for (status, body), expected in zip(answers, truth):
+        assert status == 200, body[:300]
+        assert json.loads(body) == expected
+    # Unstitched, the decode's own answers are not the colocated ones: the
+    # check above can fail.
+    async def direct():
+        async with aiohttp.ClientSession(timeout=TIMEOUT) as session:
+            body = pd_proxy.sglang_request(sglang_body(0), "127.0.0.1", int(prefill.rsplit(":", 1)[1]))
+            answers = await asyncio.gather(
+                session.post(prefill + pd_proxy.SGLANG_GENERATE, json=body),
+                session.post(decode + pd_proxy.SGLANG_GENERATE, json=body))
+            return [await a.read() for a in answers]
+    _, own = asyncio.run(direct())
+    assert json.loads(own) != truth[0]
+
+
+@pytest.mark.parametrize("convention", ["full-length", "suffix-only"])
+def test_a_sglang_stream_is_stitched_to_the_colocated_answer(backends, convention):
+    prefill, decode, colocated = backends(colocated=True, extra=("--sglang-decode", convention))
+    bodies = [sglang_body(i, stream=True) for i in range(4)]
+    answers = asyncio.run(with_proxy(prefill, decode, bodies, path=pd_proxy.SGLANG_GENERATE, row_shape=(8, 4)))
+    truth = asyncio.run(colocated_answers(colocated, bodies))
+    for (status, body), expected in zip(answers, truth):
+        assert status == 200, body[:300]
+        data = events(body)
+        assert data[-1] == b"[DONE]"
+        assert len(data) == expected["meta_info"]["completion_tokens"] + 1
+        assert json.loads(data[-2]) == expected
+        assert all("routed_experts" not in json.loads(d)["meta_info"] for d in data[:-2])
+
+
+def test_sglang_without_the_row_shape_is_stitched_or_refused(backends):
+    prefill, decode, colocated = backends(colocated=True)
+    bodies = [sglang_body(i) for i in range(12)]
+    answers = asyncio.run(with_proxy(prefill, decode, bodies, path=pd_proxy.SGLANG_GENERATE))
+    truth = asyncio.run(colocated_answers(colocated, bodies))
+    merged = 0
+    for (status, body), expected in zip(answers, truth):
+        if status == 200:
+            assert json.loads(body) == expected
+            merged += 1
+        else:
+            error = json.loads(body)["error"]
+            assert status == 502 and error["kind"] == "Positions", error
+            assert "ambiguous" in error["message"]
+    assert merged > 0
+
+
+def test_sglang_failing_backends(backends):
+    prefill, decode, _ = backends(prefill_fault="status-500")
+    [(status, body)] = asyncio.run(with_proxy(prefill, decode, [sglang_body(0)], path=pd_proxy.SGLANG_GENERATE))
+    assert status == 502, body
+    prefill, decode, _ = backends(decode_fault="no-routing")
+    [(status, body)] = asyncio.run(with_proxy(prefill, decode, [sglang_body(0)], path=pd_proxy.SGLANG_GENERATE,
+                                              row_shape=(8, 4)))
+    error = json.loads(body)["error"]
+    assert status == 502 and error["type"] == "stitch_error" and error["kind"] == "MissingDecodeRows", error
+
+
+def test_sglang_requests_get_a_room_per_prompt():
+    one = pd_proxy.sglang_request({"text": "hi"}, "10.0.0.1", 8998)
+    assert (one["bootstrap_host"], one["bootstrap_port"]) == ("10.0.0.1", 8998)
+    assert 0 <= one["bootstrap_room"] < 2**63
+    batch = pd_proxy.sglang_request({"input_ids": [[1], [2, 3]]}, "h", 1)
+    assert batch["bootstrap_host"] == ["h", "h"] and batch["bootstrap_port"] == [1, 1]
+    assert len(set(batch["bootstrap_room"])) == 2
+    assert pd_proxy.sglang_request({"input_ids": [1, 2]}, "h", 1)["bootstrap_port"] == 1
+    with pytest.raises(pd_proxy.Failure):
+        pd_proxy.sglang_request([1], "h", 1)

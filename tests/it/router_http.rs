@@ -33,6 +33,7 @@ const SEED: u64 = 7;
 struct Setup {
     url: String,
     sglang_url: String,
+    prefill_port: u16,
     prefill: Arc<Mock>,
     decode: Arc<Mock>,
     deployment: Arc<Deployment>,
@@ -119,7 +120,8 @@ impl Setup {
             // would (the checks below compare with the colocated truth).
             strict: true,
             row_shape: options.row_shape,
-            bootstrap_port: 8998,
+            // The prefill mock's bootstrap server is on its own port.
+            bootstrap_port: prefill_addr.port(),
         };
         let (listener, addr) = listen().await;
         tokio::spawn(pd_router::serve(
@@ -129,6 +131,7 @@ impl Setup {
         Setup {
             url: format!("http://{addr}/inference/v1/generate"),
             sglang_url: format!("http://{addr}/generate"),
+            prefill_port: prefill_addr.port(),
             prefill,
             decode,
             deployment,
@@ -711,7 +714,8 @@ fn check_sglang_requests(setup: &Setup, sent: &[Value]) {
             Some(_) => v.as_array().cloned().unwrap_or_default(),
         };
         assert!(one(&p["bootstrap_host"]).iter().all(|h| h == "127.0.0.1"));
-        assert!(one(&p["bootstrap_port"]).iter().all(|h| h == 8998));
+        let port = setup.prefill_port;
+        assert!(one(&p["bootstrap_port"]).iter().all(|h| h == port));
         for room in one(&p["bootstrap_room"]) {
             let room = room.as_u64().expect("a room is a u64");
             assert!(room < 1 << 63 && rooms.insert(room), "room {room} reused");
