@@ -77,9 +77,12 @@ def check(
     *,
     root: Optional[_Path] = None,
     allow: Optional[Sequence[_Path]] = None,
+    row_shape: Optional[Tuple[int, int]] = None,
 ) -> List[Dict[str, Any]]:
     """One dict per choice and field: choice, field, segments, coverage, gaps,
-    overlaps, dtype, shape, problems, ok."""
+    overlaps, dtype, shape, problems, ok. SGLang's rows get one dict per item
+    (``choice`` is the item), placed with ``row_shape=(layers, top_k)``;
+    without it, a problem says they cannot be placed."""
 
 class StreamStitcher:
     """Stitches one decode stream (server-sent events) with the prefill's

@@ -69,18 +69,20 @@ pub(crate) fn gather_rows<'py>(
     Ok((start, array))
 }
 
-/// What `pd-stitch check` reports: one dict per choice and field.
+/// What `pd-stitch check` reports: one dict per choice and field (per item,
+/// for SGLang's rows, which `row_shape=(layers, top_k)` places).
 #[pyfunction]
-#[pyo3(signature = (response, *, root=None, allow=None))]
+#[pyo3(signature = (response, *, root=None, allow=None, row_shape=None))]
 pub(crate) fn check<'py>(
     py: Python<'py>,
     response: &Bound<'py, PyAny>,
     root: Option<PathBuf>,
     allow: Option<Vec<PathBuf>>,
+    row_shape: Option<(u64, u64)>,
 ) -> PyResult<Bound<'py, PyList>> {
     let value = response_value(py, response)?;
     let store = store(root, allow)?;
-    let report = py.detach(|| gather::check_from(&value, &store));
+    let report = py.detach(|| gather::check_with(&value, &store, row_shape));
     let out = PyList::empty(py);
     let ranges = |rows: &[pd_stitch::algebra::Rows]| -> Vec<(u64, u64)> {
         rows.iter().map(|r| (r.start(), r.end())).collect()

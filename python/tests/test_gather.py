@@ -178,6 +178,23 @@ def test_check_reports_each_field_and_its_problems():
     assert report == [dict(report[0], choice=None, field=None, ok=False)] and report[0]["problems"]
 
 
+def test_check_places_sglang_rows_with_the_row_shape():
+    # 3 prompt tokens, 3 generated: rows end at 5; 4 rows of 2 x 2 ids start at 1.
+    ids = base64.b64encode(np.arange(16, dtype="<i4").tobytes()).decode()
+    response = {"meta_info": {"prompt_tokens": 3, "completion_tokens": 3, "routed_experts": ids}}
+    [line] = pd_stitch.check(response, row_shape=(2, 2))
+    assert (line["choice"], line["field"], line["ok"]) == (0, "routed_experts (sglang)", True)
+    assert line["coverage"] == [(1, 5)] and line["dtype"] == "int32" and line["shape"] == [2, 2]
+    # As 4 x 2 they are 2 rows, [3, 5); as 3 x 1 not whole rows.
+    assert pd_stitch.check(response, row_shape=(4, 2))[0]["coverage"] == [(3, 5)]
+    [line] = pd_stitch.check(response, row_shape=(3, 1))
+    assert not line["ok"] and "whole" in line["problems"][0]
+    # Without the row shape they cannot be placed: a problem of the response.
+    [line] = pd_stitch.check(response)
+    assert line["choice"] is None and not line["ok"]
+    assert "row shape" in line["problems"][0]
+
+
 def test_gather_hands_the_bytes_read_to_numpy_without_a_copy():
     merged = pd_stitch.merge_routed_experts_for_pd(*pair("seed"))
     _, rows = pd_stitch.gather(merged, 1, root=PAIRS / "seed")

@@ -22,18 +22,29 @@ pub struct CheckArgs {
     /// repeatable.
     #[arg(long = "allow", value_name = "DIR")]
     allow: Vec<PathBuf>,
+    /// SGLang's row shape, LAYERSxTOP_K (e.g. 48x8): places SGLang's rows
+    /// (meta_info, sglext, sgl_ext), which carry no shape, so that their
+    /// coverage can be checked.
+    #[arg(long, value_name = "LxK", value_parser = super::row_shape)]
+    row_shape: Option<(u64, u64)>,
 }
 
 /// One response as it always was; several one after the other, each under a
 /// `== FILE` line, with progress, exit status 1 when any is wrong or cannot
 /// be read (said on stderr, and the others still checked).
 pub fn run(args: CheckArgs, quiet: bool) -> Result<ExitCode, String> {
-    check(&args.responses, &confined(&args.root, &args.allow)?, quiet)
+    let store = confined(&args.root, &args.allow)?;
+    check(&args.responses, &store, args.row_shape, quiet)
 }
 
-fn check(responses: &[PathBuf], store: &Store, quiet: bool) -> Result<ExitCode, String> {
+fn check(
+    responses: &[PathBuf],
+    store: &Store,
+    row_shape: Option<(u64, u64)>,
+    quiet: bool,
+) -> Result<ExitCode, String> {
     if let [response] = responses {
-        let report = gather::check_from(&read_json(response)?, store);
+        let report = gather::check_with(&read_json(response)?, store, row_shape);
         print!("{report}");
         return Ok(if report.is_ok() {
             ExitCode::SUCCESS
@@ -47,7 +58,7 @@ fn check(responses: &[PathBuf], store: &Store, quiet: bool) -> Result<ExitCode, 
         progress.set(done);
         match read_json(response) {
             Ok(value) => {
-                let report = gather::check_from(&value, store);
+                let report = gather::check_with(&value, store, row_shape);
                 all_ok &= report.is_ok();
                 progress.say(&format!(
                     "== {}\n{}",

@@ -2,13 +2,14 @@
 //! choice without stopping at the first problem, for each field its coverage,
 //! gaps and overlaps, dtype and shape agreement, payload order, and whether
 //! every segment's bytes exist in its file, and collect it all in a
-//! [`CheckReport`].
+//! [`CheckReport`]; [`check_with`] also reads SGLang's rows, with the row
+//! shape that places them.
 
 use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use crate::algebra::{check_layout, Rows, Segment};
+use crate::algebra::{check_layout, Dtype, Rows, Segment};
 use crate::error::{describe, Location, Side};
 use crate::fields::ROUTED_EXPERTS;
 use crate::inline::{self, Form};
@@ -62,6 +63,63 @@ pub fn check_from(response: &Value, store: &Store) -> CheckReport {
         if let Some(value) = object.get(ROUTED_EXPERTS).filter(|v| !v.is_null()) {
             report.fields.push(check_inline(value, i));
         }
+    }
+    report
+}
+
+/// [`check_from`], and SGLang's rows (`meta_info`, `sglext`, `sgl_ext`;
+/// SPEC section 10) of every item: with `row_shape` (`(layers, top_k)`),
+/// one line per item with rows (`choice` is the item: the response, or an
+/// element of a batch array), its coverage placed by the item's counts,
+/// dtype `int32` and shape `[layers, top_k]`, and as problems what the merge
+/// would refuse in those rows (not base64, not whole rows, counts missing or
+/// not adding up, rows starting outside `[0, prompt]`); without it, a
+/// problem per item with rows: their positions cannot be checked. A response
+/// without `choices` (SGLang's `/generate`, or a batch array) is not a
+/// problem when it has SGLang rows.
+///
+/// ```
+/// use pd_stitch::gather::{check_with, Store};
+/// use serde_json::json;
+///
+/// // 2 prompt tokens, 3 generated: rows [0, 4) of 1 x 1 (ids 1..=4).
+/// let response = json!({"meta_info": {"prompt_tokens": 2, "completion_tokens": 3,
+///     "routed_experts": "AQAAAAIAAAADAAAABAAAAA=="}});
+/// let report = check_with(&response, &Store::Dir(".".into()), Some((1, 1)));
+/// assert!(report.is_ok());
+/// assert_eq!(report.fields[0].coverage[0].to_string(), "[0, 4)");
+/// // Read as 2 x 1, 4 ids are 2 rows ending at 4: [2, 4).
+/// let report = check_with(&response, &Store::Dir(".".into()), Some((2, 1)));
+/// assert_eq!(report.fields[0].coverage[0].to_string(), "[2, 4)");
+/// // Without the row shape, the positions are unknown.
+/// assert!(!check_with(&response, &Store::Dir(".".into()), None).is_ok());
+/// ```
+pub fn check_with(response: &Value, store: &Store, row_shape: Option<(u64, u64)>) -> CheckReport {
+    let items = crate::sglang::items_with_rows(response);
+    let mut report = if items.is_empty() || response.get("choices").is_some() {
+        check_from(response, store)
+    } else {
+        CheckReport::default()
+    };
+    for (item, at) in items {
+        let Some((layers, top_k)) = row_shape else {
+            report.problems.push(format!(
+                "{at}: SGLang rows, whose positions need the row shape \
+                 (layers, top_k), which is not on the wire: give it to check them"
+            ));
+            continue;
+        };
+        let mut out = FieldReport::empty(item, format!("{ROUTED_EXPERTS} (sglang)"));
+        out.segments = 1;
+        out.dtype = Some(Dtype::Int32);
+        out.shape = Some(vec![layers, top_k]);
+        match crate::sglang::read_rows(response, item, layers, top_k) {
+            Ok(Some(rows)) if rows.positions.is_empty() => {}
+            Ok(Some(rows)) => out.coverage = vec![rows.positions],
+            Ok(None) => continue,
+            Err(e) => out.problems.push(e.to_string()),
+        }
+        report.fields.push(out);
     }
     report
 }

@@ -20,7 +20,8 @@
 //!
 //! - `store.rs`: [`Store`], where files are read from, and its confinement;
 //! - `read.rs`: [`gather`], [`gather_from`] and [`Gathered`], reading rows;
-//! - `check.rs`: [`check`] and [`check_from`], checking a layout;
+//! - `check.rs`: [`check`], [`check_from`] and [`check_with`] (SGLang's rows
+//!   too), checking a layout;
 //! - `report.rs`: [`CheckReport`] and [`FieldReport`], what `check` found;
 //! - `error.rs`: [`GatherError`].
 
@@ -30,7 +31,7 @@ mod read;
 mod report;
 mod store;
 
-pub use check::{check, check_from};
+pub use check::{check, check_from, check_with};
 pub use error::{GatherError, GatherErrorKind};
 pub use read::{gather, gather_from, gather_runs_from, gather_sglang, Gathered, Source};
 pub use report::{CheckReport, FieldReport};

@@ -387,3 +387,118 @@ fn mixed_unsigned_widths_are_gathered_as_the_widest() {
         other => panic!("{other:?}"),
     }
 }
+
+// SGLang's rows in `check_with` (SPEC section 10): placed by the counts with
+// the row shape.
+
+/// The base64 of `n` int32 ids.
+fn sglang_ids(n: usize) -> String {
+    let bytes: Vec<u8> = (0..n as i32).flat_map(i32::to_le_bytes).collect();
+    crate::inline::encode_base64(&bytes)
+}
+
+fn generate(prompt: u64, completion: u64, ids: usize) -> Value {
+    json!({"text": "", "meta_info": {"prompt_tokens": prompt, "completion_tokens": completion,
+        "routed_experts": sglang_ids(ids)}})
+}
+
+#[test]
+fn check_with_places_sglang_rows_by_the_counts() {
+    let store = Store::memory();
+    // 5 prompt tokens, 4 generated: rows end at 8. 2 x 3 ids a row.
+    for (rows, start) in [(8, 0), (5, 3), (4, 4), (3, 5)] {
+        let report = check_with(&generate(5, 4, rows * 6), &store, Some((2, 3)));
+        assert!(report.is_ok(), "{rows}: {report}");
+        let [line] = report.fields.as_slice() else {
+            panic!("one line: {report}")
+        };
+        assert_eq!(line.coverage, vec![Rows::new(start, 8).unwrap()], "{rows}");
+        assert_eq!((line.choice, line.segments), (0, 1));
+        assert_eq!(line.field, "routed_experts (sglang)");
+        assert_eq!(line.dtype, Some(Dtype::Int32));
+        assert_eq!(line.shape, Some(vec![2, 3]));
+    }
+    // Rows before 0 are past the prompt's start.
+    let report = check_with(&generate(5, 4, 9 * 6), &store, Some((2, 3)));
+    assert!(
+        report.fields[0].problems[0].contains("would start outside [0, 5]"),
+        "{report}"
+    );
+    assert!(report.fields[0].coverage.is_empty());
+    // Not whole rows, not base64, counts missing: each a problem of its line.
+    let report = check_with(&generate(5, 4, 7), &store, Some((2, 3)));
+    assert!(report.fields[0].problems[0].contains("whole"), "{report}");
+    let mut bad = generate(5, 4, 6);
+    bad["meta_info"]["routed_experts"] = json!("AQ=");
+    assert!(!check_with(&bad, &store, Some((2, 3))).is_ok());
+    let mut uncounted = generate(5, 4, 6);
+    uncounted["meta_info"]
+        .as_object_mut()
+        .unwrap()
+        .remove("completion_tokens");
+    let report = check_with(&uncounted, &store, Some((2, 3)));
+    assert_eq!(report.fields[0].problems.len(), 1, "{report}");
+    assert!(
+        report.fields[0].problems[0].contains("completion_tokens"),
+        "{report}"
+    );
+}
+
+#[test]
+fn check_with_reads_every_item_of_a_batch_and_says_when_it_cannot_place_them() {
+    let store = Store::memory();
+    let batch = json!([generate(2, 2, 3), {"text": "no rows", "meta_info": {}}, generate(3, 1, 2)]);
+    let report = check_with(&batch, &store, Some((1, 1)));
+    assert!(report.is_ok(), "{report}");
+    let lines: Vec<(usize, Vec<Rows>)> = report
+        .fields
+        .iter()
+        .map(|f| (f.choice, f.coverage.clone()))
+        .collect();
+    assert_eq!(
+        lines,
+        vec![
+            (0, vec![Rows::new(0, 3).unwrap()]),
+            (2, vec![Rows::new(1, 3).unwrap()])
+        ]
+    );
+    // Without the row shape: one problem per item with rows, naming it.
+    let report = check_with(&batch, &store, None);
+    assert_eq!(report.problems.len(), 2, "{report}");
+    assert!(
+        report.problems[0].starts_with("response [0].meta_info.routed_experts"),
+        "{report}"
+    );
+    assert!(
+        report.problems[1].starts_with("response [2].meta_info.routed_experts"),
+        "{report}"
+    );
+    // No SGLang rows and no choices: the vLLM check's own complaint.
+    let report = check_with(&json!({"meta_info": {}}), &store, Some((1, 1)));
+    assert!(report.problems[0].contains("choices"), "{report}");
+    // An empty prefill's rows (start == prompt) cover nothing and are fine.
+    let report = check_with(&generate(3, 1, 0), &store, Some((1, 1)));
+    assert!(
+        report.is_ok() && report.fields[0].coverage.is_empty(),
+        "{report}"
+    );
+}
+
+#[test]
+fn check_with_reads_openai_rows_beside_the_choices() {
+    let store = Store::memory();
+    let chat = json!({"choices": [{"index": 0, "message": {"content": "x"}}],
+        "usage": {"prompt_tokens": 2, "completion_tokens": 2},
+        "sglext": {"routed_experts": sglang_ids(3)}});
+    let report = check_with(&chat, &store, Some((1, 1)));
+    assert!(report.is_ok(), "{report}");
+    assert_eq!(report.fields.len(), 1);
+    assert_eq!(report.fields[0].coverage, vec![Rows::new(0, 3).unwrap()]);
+    // The same without the row shape: the choices still checked, the rows not placed.
+    let report = check_with(&chat, &store, None);
+    assert_eq!(report.problems.len(), 1, "{report}");
+    assert!(
+        report.problems[0].starts_with("response sglext.routed_experts"),
+        "{report}"
+    );
+}

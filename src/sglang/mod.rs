@@ -387,6 +387,20 @@ pub struct SglangRows {
 }
 
 #[cfg(feature = "verify")]
+/// The items of `response` that carry SGLang rows (a response object is item
+/// 0), each with where its first rows are.
+pub(crate) fn items_with_rows(response: &serde_json::Value) -> Vec<(usize, Location)> {
+    let mut items: Vec<(usize, Location)> = Vec::new();
+    for slot in slots(response) {
+        let item = slot.item.unwrap_or(0);
+        if slot.present(response).is_some() && items.last().is_none_or(|(i, _)| *i != item) {
+            items.push((item, slot.rows_at(Side::Response)));
+        }
+    }
+    items
+}
+
+#[cfg(feature = "verify")]
 /// Reads the rows of `response`'s first slot with rows (item `item` of a
 /// batch array; a response object is item 0), with rows of `layers * top_k`
 /// ids: `Ok(None)` when it has none.

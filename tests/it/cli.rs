@@ -575,6 +575,47 @@ fn simulate_sglang_runs_and_merge_reads_what_it_wrote() {
         assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
         assert_eq!(prompt["equal_rows"], 0, "{choice}");
     }
+    // check places the rows with the row shape: the prefill's end at the
+    // prompt, the merged ones spanning the prefill's start to the decode's end.
+    let counts = |name: &str| {
+        let v = read(&path(name));
+        let meta = &v["meta_info"];
+        let usage = &v["usage"];
+        let n = |k: &str| meta[k].as_u64().or_else(|| usage[k].as_u64()).unwrap();
+        (n("prompt_tokens"), n("completion_tokens"))
+    };
+    let (prompt, completion) = counts("merged-full.json");
+    for (name, end) in [
+        ("prefill.json", prompt),
+        ("merged-full.json", prompt + completion - 1),
+    ] {
+        let out = pd_stitch(&["check", &path(name), "--row-shape", shape]);
+        assert!(out.status.success(), "{name}: {}", stdout(&out));
+        let line = stdout(&out).lines().nth(1).unwrap_or_default().to_owned();
+        assert!(line.contains("routed_experts (sglang)"), "{line}");
+        assert!(
+            line.contains(&format!(", {end})")) || (end == prompt && line.contains("  -  ")),
+            "{name}: {line}"
+        );
+    }
+    let out = pd_stitch(&["check", &path("decode-suffix.json"), "--row-shape", shape]);
+    assert!(out.status.success(), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains(&format!("[{prompt}, ")),
+        "{}",
+        stdout(&out)
+    );
+    // Without the row shape, or with another, check says it cannot place them.
+    let out = pd_stitch(&["check", &path("merged-full.json")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out).contains("need the row shape"),
+        "{}",
+        stdout(&out)
+    );
+    let other = if shape == "48x8" { "4x2" } else { "48x8" };
+    let out = pd_stitch(&["check", &path("merged-full.json"), "--row-shape", other]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
     // gather reads them back.
     let out = pd_stitch(&[
         "gather",
