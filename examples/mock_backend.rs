@@ -784,8 +784,8 @@ struct Args {
     /// suffix-only (slime's patch).
     #[arg(long, default_value = "full-length", value_parser = convention)]
     sglang_decode: Convention,
-    /// The SGLang rows' shape, LAYERS,TOP_K (ids below 64).
-    #[arg(long, default_value = "8,4", value_parser = shape)]
+    /// The SGLang rows' shape, LAYERSxTOP_K (ids below 64).
+    #[arg(long, default_value = "8x4", value_parser = shape)]
     sglang_row_shape: Shape,
 }
 
@@ -801,13 +801,13 @@ fn convention(s: &str) -> Result<Convention, String> {
 
 fn shape(s: &str) -> Result<Shape, String> {
     let parse = |n: &str| n.trim().parse::<u64>().ok().filter(|&n| n > 0);
-    match s.split_once(',').map(|(l, k)| (parse(l), parse(k))) {
+    match s.split_once(['x', 'X', ',']).map(|(l, k)| (parse(l), parse(k))) {
         Some((Some(layers), Some(top_k))) => Ok(Shape {
             layers,
             top_k,
             experts: 64,
         }),
-        _ => Err(format!("{s:?} is not LAYERS,TOP_K (two positive integers)")),
+        _ => Err(format!("{s:?} is not LAYERSxTOP_K (two positive integers, e.g. 48x8)")),
     }
 }
 

@@ -32,13 +32,13 @@
 //! (`--bootstrap-port`) and a fresh `bootstrap_room` added (a list of each
 //! for a batch), as SGLang's own P/D router sends them; the prefill's is not
 //! streamed, so that its answer is one JSON body. The same merge (or stream
-//! stitcher) finds SGLang's rows by their keys; `--row-shape LAYERS,TOP_K`
+//! stitcher) finds SGLang's rows by their keys; `--row-shape LAYERSxTOP_K`
 //! gives it the model's rows, without which a pair whose counts leave the
 //! positions ambiguous is a 502 (docs/SPEC.md section 10).
 //!
 //! ```text
 //! cargo run --example pd_router -- --prefill http://127.0.0.1:30000 \
-//!     --decode http://127.0.0.1:30001 --row-shape 48,8
+//!     --decode http://127.0.0.1:30001 --row-shape 48x8
 //! ```
 //!
 //! `tests/it/router_http.rs` runs it against mock backends (`examples/mock_backend.rs`).
@@ -595,7 +595,7 @@ struct Args {
     /// segments out of order, mixed row shapes or dtype kinds.
     #[arg(long)]
     strict: bool,
-    /// The model's rows, LAYERS,TOP_K (`num_hidden_layers`,
+    /// The model's rows, LAYERSxTOP_K (`num_hidden_layers`,
     /// `num_experts_per_tok`), which place SGLang's rows.
     #[arg(long, value_parser = row_shape)]
     row_shape: Option<(u64, u64)>,
@@ -606,9 +606,9 @@ struct Args {
 
 fn row_shape(s: &str) -> Result<(u64, u64), String> {
     let parse = |n: &str| n.trim().parse::<u64>().ok().filter(|&n| n > 0);
-    match s.split_once(',').map(|(l, k)| (parse(l), parse(k))) {
+    match s.split_once(['x', 'X', ',']).map(|(l, k)| (parse(l), parse(k))) {
         Some((Some(layers), Some(top_k))) => Ok((layers, top_k)),
-        _ => Err(format!("{s:?} is not LAYERS,TOP_K (two positive integers)")),
+        _ => Err(format!("{s:?} is not LAYERSxTOP_K (two positive integers, e.g. 48x8)")),
     }
 }
 

@@ -26,7 +26,7 @@ once (each waits for the other in the bootstrap room to move the KV cache),
 with `bootstrap_host` (the prefill's host), `bootstrap_port`
 (`--bootstrap-port`) and a fresh `bootstrap_room` added, a list of each for a
 batch, as SGLang's own P/D router adds them; the prefill's is not streamed.
-The same merge finds SGLang's rows by their keys; `--row-shape LAYERS,TOP_K`
+The same merge finds SGLang's rows by their keys; `--row-shape LAYERSxTOP_K`
 places them (without it, a pair whose counts leave the positions ambiguous is
 a 502).
 
@@ -35,7 +35,7 @@ client, on one event loop, with streaming both ways and per-request timeouts;
 Starlette/uvicorn would need a third package (httpx) for the client side.
 
     python examples/pd_proxy.py --prefill http://127.0.0.1:8001 \
-        --decode http://127.0.0.1:8002 --listen 127.0.0.1:8000 --row-shape 48,8
+        --decode http://127.0.0.1:8002 --listen 127.0.0.1:8000 --row-shape 48x8
 """
 import argparse
 import asyncio
@@ -280,11 +280,11 @@ def app(prefill, decode, timeout=30.0, row_shape=None, bootstrap_port=8998):
 
 
 def row_shape(text):
-    """`LAYERS,TOP_K` as a pair of positive integers."""
+    """`LAYERSxTOP_K` (or `LAYERS,TOP_K`) as a pair of positive integers."""
     try:
-        layers, top_k = (int(n) for n in text.split(","))
+        layers, top_k = (int(n) for n in text.lower().replace(",", "x").split("x"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not LAYERS,TOP_K")
+        raise argparse.ArgumentTypeError(f"{text!r} is not LAYERSxTOP_K, e.g. 48x8")
     if layers <= 0 or top_k <= 0:
         raise argparse.ArgumentTypeError(f"{text!r}: both must be positive")
     return layers, top_k
@@ -297,7 +297,7 @@ def main():
     parser.add_argument("--listen", default="127.0.0.1:8000", help="HOST:PORT (port 0: any free port)")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds a backend may take")
     parser.add_argument("--row-shape", type=row_shape, default=None,
-                        help="LAYERS,TOP_K of the model's rows, which place SGLang's rows")
+                        help="LAYERSxTOP_K of the model's rows, which place SGLang's rows")
     parser.add_argument("--bootstrap-port", type=int, default=8998, help="the SGLang prefill's bootstrap port")
     args = parser.parse_args()
     host, _, port = args.listen.rpartition(":")
