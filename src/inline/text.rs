@@ -492,6 +492,40 @@ mod tests {
         }
     }
 
+    /// One source's range, then another's that ends at that source's padded
+    /// last quad: the text is the plain encoding of both, so the padded quad
+    /// is copied from the second source, never taken as the first's copy
+    /// extended (the guard in `finish`), whatever either range's alignment.
+    #[test]
+    fn a_padded_tail_after_another_sources_copy_is_the_tails_own_quad() {
+        use ::base64::engine::general_purpose::STANDARD;
+        use ::base64::Engine as _;
+
+        for (a_len, b_len) in [(18, 19), (18, 20), (21, 22), (19, 23), (24, 20)] {
+            let a: Vec<u8> = (0..a_len).map(|i| (i * 29 + 3) as u8).collect();
+            let b: Vec<u8> = (0..b_len).map(|i| (i * 53 + 101) as u8).collect();
+            let (a_text, b_text) = (STANDARD.encode(&a), STANDARD.encode(&b));
+            let a_source = Base64::parse(a_text.as_bytes()).unwrap();
+            let b_source = Base64::parse(b_text.as_bytes()).unwrap();
+            for a_from in [0, 1, 3] {
+                for b_from in 0..=b_len {
+                    let mut encoder = Encoder::new();
+                    encoder.push_base64(&a_source, 0, a_from, a_len);
+                    encoder.push_base64(&b_source, 1, b_from, b_len);
+                    let mut expected = a[a_from..].to_vec();
+                    expected.extend_from_slice(&b[b_from..]);
+                    let merged = encoder.finish();
+                    assert_eq!(
+                        merged.to_string(&[&a_text, &b_text]),
+                        STANDARD.encode(&expected),
+                        "a [{a_from}, {a_len}), b [{b_from}, {b_len})"
+                    );
+                    assert_eq!(merged.len(), STANDARD.encode(&expected).len());
+                }
+            }
+        }
+    }
+
     /// A range longer than the encoder's decoding step is widened a step at
     /// a time; no element may be split at a step boundary.
     #[test]
