@@ -407,3 +407,22 @@ fn a_rows_event_keeps_its_other_lines_and_line_ends() {
         String::from_utf8_lossy(expected)
     );
 }
+
+#[test]
+fn a_streamed_item_of_an_sglang_batch_is_refused_not_misplaced() {
+    // A batch's prefill is an array of outputs; a stream's event is one
+    // output. Which of the prefill's items it is the stitcher does not
+    // guess: the merge refuses the shapes (Q1), typed, and nothing of the
+    // event goes out.
+    let prefill = br#"[{"text": "", "meta_info": {"prompt_tokens": 2, "completion_tokens": 1, "routed_experts": "AQAAAAIAAAA="}}, {"text": "", "meta_info": {"prompt_tokens": 2, "completion_tokens": 1, "routed_experts": "AwAAAAQAAAA="}}]"#;
+    let before: &[u8] = b"data: {\"index\": 1, \"text\": \"x\", \"meta_info\": {\"prompt_tokens\": 2, \"completion_tokens\": 1}}\n\n";
+    let event: &[u8] = b"data: {\"index\": 1, \"text\": \"xy\", \"meta_info\": {\"prompt_tokens\": 2, \"completion_tokens\": 2, \"routed_experts\": \"AAAAAAAAAAAHAAAA\"}}\n\n";
+    let (out, result) = run(prefill, [before, event]);
+    let err = result.expect_err("an item of a batch is not placed");
+    assert_eq!(err.kind(), ErrorKind::StreamEvent, "{err}");
+    let Error::StreamEvent { error, .. } = &err else {
+        unreachable!("the kind says so")
+    };
+    assert_eq!(error.kind(), ErrorKind::Structure, "{err}");
+    assert_eq!(out, before, "the event before it went out, nothing of it");
+}
