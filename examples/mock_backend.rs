@@ -429,7 +429,13 @@ pub fn without_routing(mut response: Value) -> Value {
         };
         choice.remove(ROUTED_EXPERTS);
         if let Some(payload) = choice.get_mut("payload").and_then(Value::as_array_mut) {
-            payload.retain(|s| s.get("field").and_then(Value::as_str) != Some(ROUTED_EXPERTS));
+            // Without routing: neither the experts nor their weights.
+            payload.retain(|s| {
+                !matches!(
+                    s.get("field").and_then(Value::as_str),
+                    Some(ROUTED_EXPERTS | "routed_expert_weights")
+                )
+            });
         }
     }
     response

@@ -135,6 +135,7 @@ mod handle;
 mod inline;
 mod json;
 mod merge;
+pub mod reading;
 mod response;
 pub mod sglang;
 #[cfg(feature = "verify")]

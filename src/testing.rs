@@ -46,8 +46,9 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 
 use crate::algebra::Dtype;
-use crate::fields::ROUTED_EXPERTS;
-use crate::gather::{gather_from, Store};
+use crate::fields::{DEFAULT_FIELDS, ROUTED_EXPERTS};
+use crate::gather::{gather_from, read_choice_field, Store};
+use crate::reading::{FieldTable, Reading};
 use crate::sim::{Mode, Request};
 
 pub mod sglang;
@@ -70,6 +71,12 @@ pub struct Knobs {
     /// Add hostile extras that a correct path must carry through untouched:
     /// malformed non-stitched payload items and unknown keys.
     pub hostile: bool,
+    /// Rows each preemption re-emits (the later segment wins, the earlier
+    /// copy is stale): drawn from this range.
+    pub reemit: RangeInclusive<u64>,
+    /// Omit a prompt prefix (rows starting after 0, as vLLM's
+    /// `routed_experts_prompt_start` asks) in some cases.
+    pub omit_prefix: bool,
 }
 
 impl Default for Knobs {
@@ -84,6 +91,8 @@ impl Default for Knobs {
             modes: Mode::ALL.to_vec(),
             preemptions: 3,
             hostile: true,
+            reemit: 0..=0,
+            omit_prefix: false,
         }
     }
 }
@@ -140,6 +149,8 @@ pub fn cases(knobs: Knobs) -> impl Strategy<Value = Case> {
     )
         .prop_flat_map(
             |(prompt, completion, choices, dtype, mode, shape, seed, knobs)| {
+                let reemit = knobs.reemit.clone();
+                let omit = if knobs.omit_prefix { 0..prompt } else { 0..1 };
                 let interior = |len: u64, most: usize| {
                     let points: Vec<u64> = (1..len).collect();
                     let most = points.len().min(most);
@@ -148,21 +159,26 @@ pub fn cases(knobs: Knobs) -> impl Strategy<Value = Case> {
                 let prefill_splits = interior(prompt, 2);
                 let preemptions =
                     proptest::collection::vec(interior(completion, knobs.preemptions), choices);
-                (prefill_splits, preemptions).prop_map(move |(prefill_splits, preemptions)| {
-                    let request = Request {
-                        index: 0,
-                        prompt,
-                        completion,
-                        choices,
-                        dtype,
-                        shape,
-                        experts: if dtype == Dtype::Uint8 { 256 } else { 512 },
-                        prefill_splits,
-                        preemptions,
-                        seed,
-                    };
-                    case(request, mode, knobs.hostile)
-                })
+                (prefill_splits, preemptions, reemit, omit).prop_map(
+                    move |(prefill_splits, preemptions, reemit, omit)| {
+                        let request = Request {
+                            index: 0,
+                            prompt,
+                            completion,
+                            choices,
+                            dtype,
+                            shape,
+                            experts: if dtype == Dtype::Uint8 { 256 } else { 512 },
+                            prefill_splits,
+                            preemptions,
+                            reemit,
+                            prompt_start: 0,
+                            seed,
+                        }
+                        .omitting(omit);
+                        case(request, mode, knobs.hostile)
+                    },
+                )
             },
         )
 }
@@ -194,9 +210,6 @@ fn case(request: Request, mode: Mode, hostile: bool) -> Case {
                 payload.push(json!(null));
             }
         }
-    }
-    if mode != Mode::ByHandle {
-        store = Store::memory();
     }
     Case {
         mode,
@@ -292,13 +305,21 @@ fn verify_case(case: &Case, merged: &Value) -> Result<(), Mismatch> {
         let store = &case.store;
         let rows = gather_from(merged, c, ROUTED_EXPERTS, store)
             .map_err(|e| mismatch(c, format!("rows cannot be read back: {e}")))?;
-        let truth = case.truth(c);
-        let row = truth.len() / usize::try_from(case.request.rows()).unwrap_or(1).max(1);
-        if rows.positions().start() != 0 || rows.data().len() != truth.len() {
+        let all = case.truth(c);
+        let row = all.len() / usize::try_from(case.request.rows()).unwrap_or(1).max(1);
+        // Where the rows start: the omitted prefix, except in the npy form,
+        // which always starts at 0.
+        let start = if case.mode == Mode::Npy {
+            0
+        } else {
+            case.request.prompt_start
+        };
+        let truth = all.get(start as usize * row..).unwrap_or_default();
+        if rows.positions().start() != start || rows.data().len() != truth.len() {
             return Err(mismatch(
                 c,
                 format!(
-                    "rows cover positions {}, expected [0, {})",
+                    "rows cover positions {}, expected [{start}, {})",
                     rows.positions(),
                     case.request.rows()
                 ),
@@ -310,7 +331,7 @@ fn verify_case(case: &Case, merged: &Value) -> Result<(), Mismatch> {
             .zip(truth.chunks(row.max(1)))
             .position(|(a, b)| a != b);
         if let Some(x) = wrong {
-            let x = x as u64;
+            let x = x as u64 + start;
             let expected = if x < case.request.prompt {
                 "the prefill's row (a prompt position)"
             } else {
@@ -323,8 +344,43 @@ fn verify_case(case: &Case, merged: &Value) -> Result<(), Mismatch> {
                 message: format!("row differs from the truth; expected {expected}"),
             });
         }
+        // What the trainer reads, every field of its table, over the whole
+        // sequence: the merged response as the colocated one.
+        let seq = case.request.prompt + case.request.completion;
+        for spec in FieldTable::trainer().fields() {
+            let read = |response: &Value| {
+                read_choice_field(response, c, &spec.name, 0, seq, store).map_err(|e| {
+                    mismatch(c, format!("{}: the trainer cannot read it: {e}", spec.name))
+                })
+            };
+            let (got, want) = (read(merged)?, read(&case.colocated)?);
+            if got != want {
+                let row = (0..seq).find(|&k| {
+                    got.as_ref().and_then(|r| r.row(k)) != want.as_ref().and_then(|r| r.row(k))
+                });
+                return Err(Mismatch {
+                    choice: c,
+                    position: row,
+                    segment: None,
+                    message: format!(
+                        "{}: the trainer reads {} where the colocated response reads {}",
+                        spec.name,
+                        describe(got.as_ref()),
+                        describe(want.as_ref())
+                    ),
+                });
+            }
+        }
     }
     Ok(())
+}
+
+/// A reading in a few words.
+fn describe(reading: Option<&Reading>) -> String {
+    reading.map_or_else(
+        || "nothing".to_owned(),
+        |r| format!("{} {:?}", r.values().name(), r.shape()),
+    )
 }
 
 /// By handle: the prefill's segments first and unchanged, the decode's other
@@ -336,8 +392,11 @@ fn check_payload(case: &Case, c: usize, choice: &Value) -> Result<(), Mismatch> 
         segment: None,
         message,
     };
-    let stitched =
-        |item: &&Value| item.get("field").and_then(Value::as_str) == Some(ROUTED_EXPERTS);
+    let stitched = |item: &&Value| {
+        item.get("field")
+            .and_then(Value::as_str)
+            .is_some_and(|f| DEFAULT_FIELDS.contains(&f))
+    };
     let payload = choice["payload"]
         .as_array()
         .ok_or_else(|| fail("merged payload is not an array".into()))?;
@@ -363,21 +422,32 @@ fn check_payload(case: &Case, c: usize, choice: &Value) -> Result<(), Mismatch> 
         .unwrap_or_default();
     if others(payload) != original {
         return Err(fail(
-            "a payload item that is not routed_experts was lost, added or changed".into(),
+            "a payload item that is not stitched was lost, added or changed".into(),
         ));
     }
-    let mut last_end = 0;
-    for (j, segment) in payload.iter().enumerate().filter(|(_, s)| stitched(s)) {
-        let (pos, rows) = (
-            segment["pos"].as_u64().unwrap_or(0),
-            segment["rows"].as_u64().unwrap_or(0),
-        );
-        if rows > 0 && pos < last_end {
-            return Err(fail(format!(
-                "payload[{j}] (pos {pos}) comes after rows up to {last_end}: segments out of position order, so a trainer concatenating them misplaces rows"
-            )));
+    // A segment may start inside the one before (a re-emission: the later
+    // rows win), never before it: the writer emits rows in position order,
+    // so a step back is a router reordering them.
+    for field in DEFAULT_FIELDS {
+        let mut last_start = 0;
+        for (j, segment) in payload
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s["field"] == *field)
+        {
+            let (pos, rows) = (
+                segment["pos"].as_u64().unwrap_or(0),
+                segment["rows"].as_u64().unwrap_or(0),
+            );
+            if rows > 0 && pos < last_start {
+                return Err(fail(format!(
+                    "payload[{j}] (pos {pos}) comes after a segment starting at {last_start}: segments out of position order, so re-emitted rows would lose to stale ones"
+                )));
+            }
+            if rows > 0 {
+                last_start = pos;
+            }
         }
-        last_end = last_end.max(pos.saturating_add(rows));
     }
     Ok(())
 }

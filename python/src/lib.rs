@@ -56,5 +56,6 @@ fn python_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(readers::gather_rows, m)?)?;
     m.add_function(wrap_pyfunction!(readers::check, m)?)?;
     m.add_class::<stream::StreamStitcher>()?;
+    m.add_function(wrap_pyfunction!(readers::read_field, m)?)?;
     Ok(())
 }

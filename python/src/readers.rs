@@ -3,11 +3,13 @@
 use std::path::PathBuf;
 
 use numpy::PyArray1;
+use pd_stitch::algebra::{Dtype, Segment};
 use pd_stitch::gather::{self, Store};
-use pd_stitch::Side;
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pd_stitch::reading::{FieldTable, ReadOptions, Values};
+use pd_stitch::{Location, Side};
+use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::{PyDict, PyList, PyTuple};
 use serde_json::Value;
 
 use crate::conversion::{body, value};
@@ -117,4 +119,114 @@ pub(crate) fn check<'py>(
         out.append(dict)?;
     }
     Ok(out)
+}
+
+/// One payload segment from Python: a dict, or the 7-item list
+/// `[field, file, offset, pos, rows, dtype, shape]` (msgspec's array-like
+/// encoding).
+fn segment_of(item: &Bound<'_, PyAny>, k: usize) -> PyResult<Segment<String>> {
+    let bad = |what: &str| PyValueError::new_err(format!("segments[{k}]: {what}"));
+    let get = |key: &str, index: usize| -> PyResult<Bound<'_, PyAny>> {
+        if let Ok(dict) = item.downcast::<PyDict>() {
+            dict.get_item(key)?.ok_or_else(|| bad(&format!("no {key:?}")))
+        } else if item.is_instance_of::<PyList>() || item.is_instance_of::<PyTuple>() {
+            if item.len()? != 7 {
+                return Err(bad("a list segment has 7 items"));
+            }
+            item.get_item(index)
+        } else {
+            Err(PyTypeError::new_err(format!(
+                "segments[{k}]: a dict or a 7-item list"
+            )))
+        }
+    };
+    let int = |key: &str, index: usize| -> PyResult<u64> {
+        get(key, index)?
+            .extract::<u64>()
+            .map_err(|_| bad(&format!("{key} must be a non-negative integer")))
+    };
+    let field: String = get("field", 0)?.extract()?;
+    let file: String = get("file", 1)?.extract()?;
+    let dtype: String = get("dtype", 5)?.extract()?;
+    let dtype: Dtype = dtype.parse().map_err(|_| bad(&format!("no dtype {dtype:?}")))?;
+    let shape: Vec<u64> = get("shape", 6)?
+        .extract()
+        .map_err(|_| bad("shape must be a list of non-negative integers"))?;
+    Segment::new(
+        field,
+        file,
+        int("offset", 2)?,
+        int("pos", 3)?,
+        int("rows", 4)?,
+        dtype,
+        shape,
+    )
+    .map_err(|e| bad(&e.to_string()))
+}
+
+/// The trainer's reading of `field` over `[lo, hi)` from `segments` (a
+/// payload list): exactly prime-rl's `read_field`, or `None` when no segment
+/// carries the field. Files are read inside `root` and `allow` only,
+/// concurrently, with the GIL released.
+#[pyfunction]
+#[pyo3(signature = (segments, field, lo, hi, *, root=None, allow=None))]
+pub(crate) fn read_field<'py>(
+    py: Python<'py>,
+    segments: &Bound<'py, PyAny>,
+    field: &str,
+    lo: i64,
+    hi: i64,
+    root: Option<PathBuf>,
+    allow: Option<Vec<PathBuf>>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let mut list = Vec::new();
+    for (k, item) in segments.try_iter()?.enumerate() {
+        list.push(segment_of(&item?, k)?);
+    }
+    let table = FieldTable::trainer();
+    if list.iter().all(|s| s.field() != field) {
+        return Ok(None);
+    }
+    if table.get(field).is_none() {
+        return Err(PyKeyError::new_err(field.to_owned()));
+    }
+    if hi < lo || lo < 0 {
+        return Err(PyValueError::new_err(format!(
+            "window [{lo}, {hi}): negative dimensions are not allowed"
+        )));
+    }
+    let store = store(root, allow)?;
+    let at = |k: usize| Location::root(Side::Response).key("segments").index(k);
+    let reading = py
+        .detach(|| {
+            gather::read_field(
+                &list,
+                field,
+                lo as u64,
+                hi as u64,
+                &table,
+                ReadOptions::default(),
+                &store,
+                &at,
+            )
+        })
+        .map_err(|e| gather_error(py, &e))?;
+    let Some(reading) = reading else {
+        return Ok(None);
+    };
+    let mut shape: Vec<usize> = Vec::new();
+    for &dim in reading.shape() {
+        shape.push(usize::try_from(dim).map_err(|_| PyValueError::new_err("shape too large"))?);
+    }
+    let dtype = match reading.values() {
+        Values::Int32 => "<i4",
+        Values::Float32 => "<f4",
+    };
+    let numpy = py.import("numpy")?;
+    let np_dtype = numpy.getattr("dtype")?.call1((dtype,))?;
+    let bytes = PyArray1::<u8>::from_vec(py, reading.into_data());
+    let array = bytes
+        .call_method1("view", (np_dtype,))?
+        .call_method1("reshape", (shape,))?;
+    Ok(Some(array))
 }

@@ -92,6 +92,16 @@ impl Dtype {
         )
     }
 
+    /// Whether NumPy calls this a float (kind `f`: `float16`, `bfloat16`,
+    /// `float32`, `float64`). The trainer's reader picks its output type by
+    /// this: float32 for a float, int32 for anything else.
+    pub const fn is_float(self) -> bool {
+        matches!(
+            self,
+            Dtype::Float16 | Dtype::Bfloat16 | Dtype::Float32 | Dtype::Float64
+        )
+    }
+
     /// The NumPy name of this dtype, as writers spell it.
     pub const fn name(self) -> &'static str {
         match self {

@@ -1,12 +1,12 @@
 //! The layout rule: whether a list of segments, read in order and
 //! concatenated, gives the rows in position order.
 //!
-//! A trainer reads one field of one choice the simple way: each segment in
-//! payload order (`numpy.fromfile`, say), concatenated. That is right only
-//! when each segment starts where the previous one ended (no gap, no
-//! overlap, no step back), every row has the same shape, and the dtypes are
-//! equal or all unsigned integers (a `uint8` prompt with a `uint16`
-//! completion concatenates to `uint16` without changing a value).
+//! The trainer (`docs/SPEC.md`, section 5a) reads one field of one choice
+//! into an array of the field's fill, writing each segment's rows at their
+//! positions in payload order: later segments win. That gives the rows
+//! written exactly when no position inside the covered range is left
+//! uncovered, every row has the same shape, and the dtypes are all floats or
+//! all not (the first segment's kind fixes int32 or float32).
 //! [`check_layout`] is that rule, on plain values; strict merges
 //! ([`Stitcher::strict`](crate::Stitcher::strict)) and
 //! [`gather::check`](crate::gather::check) both use it.
@@ -68,8 +68,9 @@ pub enum LayoutProblem {
         /// `second`'s row shape.
         got: Vec<u64>,
     },
-    /// `second`'s dtype is neither `first`'s nor, with `first`'s, an unsigned
-    /// integer.
+    /// `second`'s dtype is a float and `first`'s is not, or the other way
+    /// round: the reader casts it to `first`'s kind (a float expert id
+    /// truncated, an integer weight made a float).
     Dtype {
         /// The segment that sets the dtype.
         first: usize,
@@ -79,6 +80,14 @@ pub enum LayoutProblem {
         expected: Dtype,
         /// `second`'s dtype.
         got: Dtype,
+    },
+    /// `second`'s dtype is one NumPy cannot name (`bfloat16`): the reader
+    /// raises. `second` is both segments of [`LayoutProblem::segments`].
+    Unreadable {
+        /// The segment.
+        second: usize,
+        /// Its dtype.
+        dtype: Dtype,
     },
 }
 
@@ -91,6 +100,7 @@ impl LayoutProblem {
             | LayoutProblem::OutOfOrder { first, second, .. }
             | LayoutProblem::Shape { first, second, .. }
             | LayoutProblem::Dtype { first, second, .. } => (first, second),
+            LayoutProblem::Unreadable { second, .. } => (second, second),
         }
     }
 
@@ -107,6 +117,7 @@ impl LayoutProblem {
                 *first = f(*first);
                 *second = f(*second);
             }
+            LayoutProblem::Unreadable { second, .. } => *second = f(*second),
         }
         self
     }
@@ -133,23 +144,39 @@ impl fmt::Display for LayoutProblem {
             ),
             LayoutProblem::Dtype { first, second, expected, got } => write!(
                 f,
-                "segment {second} has dtype {got} but segment {first} has {expected} (only unsigned integers mix)"
+                "segment {second} has dtype {got} but segment {first} has {expected}: the trainer reads it cast to {}",
+                if expected.is_float() { "float32" } else { "int32" }
+            ),
+            LayoutProblem::Unreadable { second, dtype } => write!(
+                f,
+                "segment {second} has dtype {dtype}, which the trainer's NumPy cannot read"
             ),
         }
     }
 }
 
 /// Checks the layout rule on one field's segments of one choice, in payload
-/// order, each given as `(positions, dtype, row shape)`:
+/// order, each given as `(positions, dtype, row shape)`: whether the
+/// trainer's reader (`docs/SPEC.md`, section 5a: later segments win,
+/// uncovered positions read as the fill) reads exactly the rows written.
 ///
-/// - every segment has the first one's row shape;
-/// - every dtype is the first one's, or the first and it are both unsigned
-///   integers;
-/// - each non-empty segment starts exactly where the previous non-empty one
-///   ended (empty segments hold no row, so they never break a run).
+/// - every segment has the first one's row shape (a narrower row would be
+///   padded with the fill, a row of another rank raises);
+/// - every dtype is a float when the first one is and not one when it is
+///   not (the first fixes the reader's int32 or float32, and the others are
+///   cast to it), and none is `bfloat16` (NumPy cannot name it);
+/// - no position between the first and the last covered is covered by no
+///   segment (it would read as the fill: expert 0).
 ///
-/// Returns the first problem in list order (for one segment: shape, dtype,
-/// then position). Allocates only to report a shape.
+/// Overlaps and steps back are fine: the later segment wins, which is what
+/// a writer re-emitting rows after a preemption means. Empty segments hold
+/// no row, but their dtype and shape count (the reader takes its shape and
+/// type from every segment).
+///
+/// Returns the first problem: the first segment in list order whose shape,
+/// then dtype, is wrong; else the first gap, naming the segments the reader
+/// takes the rows before and after it from. Allocates only to report a
+/// shape, and for the positions' sweep.
 ///
 /// ```
 /// use pd_stitch::algebra::{check_layout, LayoutProblem};
@@ -157,11 +184,12 @@ impl fmt::Display for LayoutProblem {
 ///
 /// let rows = |a, b| Rows::new(a, b).unwrap();
 /// let shape: &[u64] = &[2, 4];
-/// // A uint8 prompt, an empty segment, a uint16 completion: one run.
+/// // A uint8 prompt, a uint16 completion, and a re-emission after a
+/// // preemption ([5, 8) over [4, 6)): the trainer reads every row written.
 /// let good = [
-///     (rows(0, 3), Dtype::Uint8, shape),
-///     (rows(9, 9), Dtype::Uint8, shape),
-///     (rows(3, 5), Dtype::Uint16, shape),
+///     (rows(0, 4), Dtype::Uint8, shape),
+///     (rows(4, 6), Dtype::Uint16, shape),
+///     (rows(5, 8), Dtype::Uint16, shape),
 /// ];
 /// assert_eq!(check_layout(good), Ok(()));
 /// let gap = [(rows(0, 3), Dtype::Uint8, shape), (rows(4, 5), Dtype::Uint8, shape)];
@@ -179,7 +207,7 @@ where
     I: IntoIterator<Item = (Rows, Dtype, &'s [u64])>,
 {
     let mut reference: Option<(Dtype, &[u64])> = None;
-    let mut previous: Option<(usize, Rows)> = None;
+    let mut covered: Vec<(Rows, usize)> = Vec::new();
     for (index, (rows, dtype, shape)) in segments.into_iter().enumerate() {
         let (first_dtype, first_shape) = *reference.get_or_insert((dtype, shape));
         if shape != first_shape {
@@ -190,7 +218,13 @@ where
                 got: shape.to_vec(),
             });
         }
-        if dtype != first_dtype && !(dtype.is_unsigned() && first_dtype.is_unsigned()) {
+        if dtype == Dtype::Bfloat16 {
+            return Err(LayoutProblem::Unreadable {
+                second: index,
+                dtype,
+            });
+        }
+        if dtype.is_float() != first_dtype.is_float() {
             return Err(LayoutProblem::Dtype {
                 first: 0,
                 second: index,
@@ -198,37 +232,37 @@ where
                 got: dtype,
             });
         }
-        if rows.is_empty() {
-            continue;
+        if !rows.is_empty() {
+            covered.push((rows, index));
         }
-        if let Some((first, before)) = previous {
-            let (start, end) = (rows.start(), before.end());
-            if start > end {
-                return Err(LayoutProblem::Gap {
-                    first,
-                    second: index,
-                    end,
-                    start,
-                });
-            }
-            if start < before.start() {
-                return Err(LayoutProblem::OutOfOrder {
-                    first,
-                    second: index,
-                    first_start: before.start(),
-                    start,
-                });
-            }
-            if start < end {
-                return Err(LayoutProblem::Overlap {
-                    first,
-                    second: index,
-                    end,
-                    start,
-                });
-            }
-        }
-        previous = Some((index, rows));
     }
-    Ok(())
+    first_gap(&mut covered).map_or(Ok(()), Err)
+}
+
+/// The first position between the first and the last covered that nothing
+/// covers, with the segments the reader takes the rows around it from (the
+/// last in list order covering each).
+fn first_gap(covered: &mut [(Rows, usize)]) -> Option<LayoutProblem> {
+    covered.sort_by_key(|(r, _)| r.start());
+    let mut reach = covered.first()?.0.end();
+    for k in 1..covered.len() {
+        let (r, _) = *covered.get(k)?;
+        if r.start() > reach {
+            let last_at = |x: u64| {
+                covered
+                    .iter()
+                    .filter(|(r, _)| r.contains(x))
+                    .map(|&(_, i)| i)
+                    .max()
+            };
+            return Some(LayoutProblem::Gap {
+                first: last_at(reach - 1)?,
+                second: last_at(r.start())?,
+                end: reach,
+                start: r.start(),
+            });
+        }
+        reach = reach.max(r.end());
+    }
+    None
 }

@@ -34,7 +34,10 @@ use serde_json::Value;
 
 use crate::algebra::{Dtype, Rows};
 use crate::fields::ROUTED_EXPERTS;
-use crate::gather::{gather_runs_from, gather_sglang, GatherError, Gathered, Store};
+use crate::gather::{
+    gather_runs_from, gather_sglang, read_choice_field, GatherError, Gathered, Store,
+};
+use crate::reading::{FieldTable, Fill, Layout, Reading};
 
 pub use report::{Cell, Cells, ChoiceReport, Difference, PromptLen, PromptSource, Region, Report};
 
@@ -193,8 +196,14 @@ pub fn compare(
     };
     let mut any_rows = false;
     for choice in choices {
-        let rows_a = read_side(a, store_a, choice, field, options.row_shape, Which::A)?;
-        let rows_b = read_side(b, store_b, choice, field, options.row_shape, Which::B)?;
+        let (rows_a, rows_b) = if is_csr(field) {
+            csr_sides(a, store_a, b, store_b, choice, field)?
+        } else {
+            (
+                read_side(a, store_a, choice, field, options.row_shape, Which::A)?,
+                read_side(b, store_b, choice, field, options.row_shape, Which::B)?,
+            )
+        };
         any_rows |= rows_a.is_some() || rows_b.is_some();
         let prompt = prompt_len(options.prompt_len, a, b, choice, field);
         report.choices.push(compare_choice(
@@ -261,6 +270,98 @@ fn read_side(
         Err(GatherError::NoRows { .. }) => Ok(None),
         Err(other) => Err(error(other)),
     }
+}
+
+/// Whether the trainer stores `field` as CSR (its rows are file offsets,
+/// so they are compared by the values they point at).
+fn is_csr(field: &str) -> bool {
+    FieldTable::trainer()
+        .get(field)
+        .is_some_and(|spec| spec.layout == Layout::Csr)
+}
+
+/// Both sides of a CSR field as the trainer reads them, run by run of
+/// covered positions, each row `[1, width]` values padded with the fill to
+/// the widest row of either side, so that the rows compare by value (and a
+/// row's values as a set: top-k order aside).
+#[allow(clippy::type_complexity)]
+fn csr_sides(
+    a: &Value,
+    store_a: &Store,
+    b: &Value,
+    store_b: &Store,
+    choice: usize,
+    field: &str,
+) -> Result<(Option<Vec<Gathered>>, Option<Vec<Gathered>>), CompareError> {
+    let side = |r: &Value,
+                store: &Store,
+                which: Which|
+     -> Result<Option<Vec<(Rows, Reading)>>, CompareError> {
+        let error = |source| CompareError::Gather {
+            side: which,
+            source,
+        };
+        if let Some(choices) = r.get("choices").and_then(Value::as_array) {
+            if choice >= choices.len() {
+                return Ok(None);
+            }
+        }
+        let positions: Vec<Rows> = r["choices"][choice]["payload"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|s| s.get("field").and_then(Value::as_str) == Some(field))
+            .filter_map(|s| Rows::with_len(s.get("pos")?.as_u64()?, s.get("rows")?.as_u64()?))
+            .collect();
+        if positions.is_empty() {
+            return Ok(None);
+        }
+        let (union, _, _) = crate::gather::coverage(positions.into_iter());
+        let mut runs = Vec::new();
+        for run in union {
+            if let Some(reading) =
+                read_choice_field(r, choice, field, run.start(), run.end(), store).map_err(error)?
+            {
+                runs.push((run, reading));
+            }
+        }
+        Ok(Some(runs))
+    };
+    let (ra, rb) = (side(a, store_a, Which::A)?, side(b, store_b, Which::B)?);
+    let width = ra
+        .iter()
+        .chain(&rb)
+        .flatten()
+        .map(|(_, r)| r.row_shape().first().copied().unwrap_or(1))
+        .max()
+        .unwrap_or(1);
+    let fill = FieldTable::trainer()
+        .get(field)
+        .map_or(Fill::Int(-1), |spec| spec.fill);
+    let pad = |runs: Option<Vec<(Rows, Reading)>>| {
+        runs.map(|runs| {
+            runs.into_iter()
+                .map(|(positions, reading)| {
+                    let w = reading.row_shape().first().copied().unwrap_or(1) as usize;
+                    let fill_bytes = match fill {
+                        Fill::Int(x) => x.to_le_bytes(),
+                        Fill::Float(x) => x.to_le_bytes(),
+                    };
+                    let mut data =
+                        Vec::with_capacity(positions.len() as usize * width as usize * 4);
+                    for k in 0..positions.len() {
+                        let row = reading.row(k).unwrap_or_default();
+                        data.extend_from_slice(row);
+                        for _ in w..width as usize {
+                            data.extend_from_slice(&fill_bytes);
+                        }
+                    }
+                    Gathered::from_parts(positions, reading.values().dtype(), vec![1, width], data)
+                })
+                .collect()
+        })
+    };
+    Ok((pad(ra), pad(rb)))
 }
 
 /// Where the prompt ends, and who says so.

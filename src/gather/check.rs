@@ -9,11 +9,12 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use crate::algebra::{check_layout, Dtype, Rows, Segment};
+use crate::algebra::{check_layout, Dtype, LayoutProblem, Rows, Segment};
 use crate::error::{describe, Location, Side};
 use crate::fields::ROUTED_EXPERTS;
 use crate::inline::{self, Form};
 use crate::json::choice_at;
+use crate::reading::{FieldTable, Layout};
 use crate::response::item_at;
 
 use super::read::segments_of;
@@ -166,31 +167,42 @@ fn check_field(items: &[Value], i: usize, field: &str, store: &Store) -> FieldRe
         out.shape = same_shape.then(|| first.shape().to_vec());
     }
     let (coverage, gaps, overlaps) = coverage(segments.iter().map(|(_, s)| s.positions()));
+    // What the trainer reads (docs/SPEC.md, section 5a): a position inside
+    // the covered range that nothing covers reads as the fill; an overlap
+    // is fine (the later segment wins).
     if !gaps.is_empty() {
-        out.problems
-            .push(format!("choices[{i}] {field}: gaps at {}", list(&gaps)));
-    }
-    if !overlaps.is_empty() {
         out.problems.push(format!(
-            "choices[{i}] {field}: positions covered twice at {}",
-            list(&overlaps)
+            "choices[{i}] {field}: gaps at {} (the trainer reads the fill there)",
+            list(&gaps)
         ));
     }
-    // The one layout rule strict merges use: what a trainer concatenating the
-    // segments in payload order would misread (order, shape, dtype kind).
-    let layout = segments
-        .iter()
-        .map(|(_, s)| (s.positions(), s.dtype(), s.shape()));
-    if let Err(problem) = check_layout(layout) {
-        let payload_index = |k: usize| segments.get(k).map_or(k, |(j, _)| *j);
-        out.problems.push(format!(
-            "choices[{i}] {field}: read in payload order (segments by payload index), {}",
-            problem.map_segments(payload_index)
-        ));
-    }
-    for (j, segment) in &segments {
-        if let Err(problem) = check_file(segment, store, || item_at(Side::Response, i, *j)) {
-            out.problems.push(problem);
+    let csr = FieldTable::trainer()
+        .get(field)
+        .is_some_and(|spec| spec.layout == Layout::Csr);
+    if csr {
+        // The labels are not read; the offsets are.
+        for (j, segment) in &segments {
+            if let Err(problem) = check_csr(segment, store, || item_at(Side::Response, i, *j)) {
+                out.problems.push(problem);
+            }
+        }
+    } else {
+        let layout = segments
+            .iter()
+            .map(|(_, s)| (s.positions(), s.dtype(), s.shape()));
+        if let Err(problem) = check_layout(layout) {
+            if !matches!(problem, LayoutProblem::Gap { .. }) {
+                let payload_index = |k: usize| segments.get(k).map_or(k, |(j, _)| *j);
+                out.problems.push(format!(
+                    "choices[{i}] {field}: as the trainer reads it (segments by payload index), {}",
+                    problem.map_segments(payload_index)
+                ));
+            }
+        }
+        for (j, segment) in &segments {
+            if let Err(problem) = check_file(segment, store, || item_at(Side::Response, i, *j)) {
+                out.problems.push(problem);
+            }
         }
     }
     out.coverage = coverage;
@@ -244,6 +256,69 @@ fn check_file(
             at(),
             path.display()
         ));
+    }
+    Ok(())
+}
+
+/// A CSR segment as the trainer reads it: its `rows + 1` offsets in the
+/// file, in order, a whole number of 4-byte values apart, and none past the
+/// file's end.
+fn check_csr(
+    segment: &Segment<String>,
+    store: &Store,
+    at: impl Fn() -> Location,
+) -> Result<(), String> {
+    if segment.rows() == 0 {
+        return Ok(());
+    }
+    let describe = |err: GatherError| match err {
+        GatherError::Io { path, source } => format!("{}: file {}: {source}", at(), path.display()),
+        other => other.to_string(),
+    };
+    let (path, len) = store.len(segment.file(), &at).map_err(describe)?;
+    let table = segment.rows().saturating_add(1).saturating_mul(4);
+    let end = segment.offset().saturating_add(table);
+    if len < end {
+        return Err(format!(
+            "{}: file {} is {len} bytes long, but the segment's {} CSR offsets need bytes up to {end}",
+            at(),
+            path.display(),
+            segment.rows() + 1
+        ));
+    }
+    let mut bytes = Vec::new();
+    store
+        .read(segment.file(), segment.offset()..end, &at, &mut bytes)
+        .map_err(describe)?;
+    let starts: Vec<u64> = bytes
+        .chunks_exact(4)
+        .map(|b| u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+        .collect();
+    for (k, pair) in starts.windows(2).enumerate() {
+        let [a, b] = pair else { continue };
+        if b < a {
+            return Err(format!(
+                "{}: CSR offset {} ({b}) is before offset {k} ({a}): out of order",
+                at(),
+                k + 1
+            ));
+        }
+        if (b - a) % 4 != 0 {
+            return Err(format!(
+                "{}: CSR row {k} is {} bytes, not a whole number of 4-byte values",
+                at(),
+                b - a
+            ));
+        }
+    }
+    if let Some(&last) = starts.iter().max() {
+        if last > len {
+            return Err(format!(
+                "{}: CSR offset {last} points past the end of file {} ({len} bytes)",
+                at(),
+                path.display()
+            ));
+        }
     }
     Ok(())
 }

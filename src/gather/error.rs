@@ -101,6 +101,16 @@ pub enum GatherError {
         /// The file's length.
         len: u64,
     },
+    /// What the trainer's reader fails on (it raises), or what a strict
+    /// reading refuses: [`crate::reading::ReadError`], said in words.
+    #[non_exhaustive]
+    #[error("{field}: the trainer cannot read it: {message}")]
+    Misread {
+        /// The field.
+        field: String,
+        /// What goes wrong.
+        message: String,
+    },
     /// Rows too large to hold in memory on this machine.
     #[non_exhaustive]
     #[error("{at}: {bytes} bytes of rows do not fit in memory")]
@@ -127,6 +137,7 @@ impl GatherError {
             GatherError::Io { .. } => GatherErrorKind::Io,
             GatherError::ShortFile { .. } => GatherErrorKind::ShortFile,
             GatherError::TooLarge { .. } => GatherErrorKind::TooLarge,
+            GatherError::Misread { .. } => GatherErrorKind::Misread,
         }
     }
 
@@ -146,7 +157,8 @@ impl GatherError {
             GatherError::NoRows { .. }
             | GatherError::Gap { .. }
             | GatherError::Overlap { .. }
-            | GatherError::Io { .. } => None,
+            | GatherError::Io { .. }
+            | GatherError::Misread { .. } => None,
         }
     }
 }
@@ -173,11 +185,13 @@ pub enum GatherErrorKind {
     ShortFile,
     /// [`GatherError::TooLarge`].
     TooLarge,
+    /// [`GatherError::Misread`].
+    Misread,
 }
 
 impl GatherErrorKind {
     /// Every kind, in the order of the variants of [`GatherError`].
-    pub const ALL: [GatherErrorKind; 9] = [
+    pub const ALL: [GatherErrorKind; 10] = [
         GatherErrorKind::Json,
         GatherErrorKind::NoRows,
         GatherErrorKind::Gap,
@@ -187,6 +201,7 @@ impl GatherErrorKind {
         GatherErrorKind::Io,
         GatherErrorKind::ShortFile,
         GatherErrorKind::TooLarge,
+        GatherErrorKind::Misread,
     ];
 
     /// The kind's name, which is its variant's: `"ShortFile"`.
@@ -201,6 +216,7 @@ impl GatherErrorKind {
             GatherErrorKind::Io => "Io",
             GatherErrorKind::ShortFile => "ShortFile",
             GatherErrorKind::TooLarge => "TooLarge",
+            GatherErrorKind::Misread => "Misread",
         }
     }
 }

@@ -20,6 +20,8 @@
 //!
 //! - `store.rs`: [`Store`], where files are read from, and its confinement;
 //! - `read.rs`: [`gather`], [`gather_from`] and [`Gathered`], reading rows;
+//! - `field.rs`: [`read_field`], the trainer's reading of a field
+//!   ([`crate::reading`]) through a store;
 //! - `check.rs`: [`check`], [`check_from`] and [`check_with`] (SGLang's rows
 //!   too), checking a layout;
 //! - `report.rs`: [`CheckReport`] and [`FieldReport`], what `check` found;
@@ -27,12 +29,15 @@
 
 mod check;
 mod error;
+mod field;
 mod read;
 mod report;
 mod store;
 
+pub(crate) use check::coverage;
 pub use check::{check, check_from, check_with};
 pub use error::{GatherError, GatherErrorKind};
+pub use field::{read_choice_field, read_field};
 pub use read::{gather, gather_from, gather_runs_from, gather_sglang, Gathered, Source};
 pub use report::{CheckReport, FieldReport};
 pub use store::{Confinement, Store};

@@ -41,6 +41,22 @@ pub enum Source {
 }
 
 impl Gathered {
+    /// Rows of `positions` from their parts (a reading turned into rows).
+    pub(crate) fn from_parts(
+        positions: Rows,
+        dtype: Dtype,
+        shape: Vec<u64>,
+        data: Vec<u8>,
+    ) -> Gathered {
+        Gathered {
+            positions,
+            dtype,
+            shape,
+            data,
+            source: Source::Files,
+        }
+    }
+
     /// The positions covered, `[first, last + 1)`.
     pub fn positions(&self) -> Rows {
         self.positions
@@ -137,8 +153,9 @@ impl Gathered {
 ///
 /// # Errors
 ///
-/// [`GatherError`]: a malformed segment or choice, a gap or an overlap between
-/// segments, segments that disagree on dtype (other than unsigned integers
+/// [`GatherError`]: a malformed segment or choice, a gap between segments (where they
+/// overlap, the later one's rows are read, as the trainer reads them),
+/// segments that disagree on dtype (other than unsigned integers
 /// of different widths, which are read as the widest) or shape, a missing or short
 /// file, a file outside `root`, or no rows at all.
 pub fn gather(
@@ -193,14 +210,17 @@ pub fn gather_from(
     read_layout(layout(&segments, choice, field)?, store, choice)
 }
 
-/// The rows of a checked layout, read from `store` in position order.
+/// The rows of a checked layout, read from `store`, written at their
+/// positions in payload order: where segments overlap, the later one's rows
+/// are the ones kept, as the trainer reads them.
 fn read_layout(layout: Layout<'_>, store: &Store, choice: usize) -> Result<Gathered, GatherError> {
-    let mut data = Vec::new();
-    let mut narrow = Vec::new();
     let wide = usize::try_from(layout.dtype.itemsize()).unwrap_or(8);
+    let mut pieces: Vec<(u64, Vec<u8>)> = Vec::with_capacity(layout.in_order.len());
+    let mut narrow = Vec::new();
     for (j, segment) in &layout.in_order {
         let at = || item_at(Side::Response, choice, *j);
         let itemsize = usize::try_from(segment.dtype().itemsize()).unwrap_or(8);
+        let mut data = Vec::new();
         if itemsize == wide {
             store.read(segment.file(), segment.byte_range(), at, &mut data)?;
         } else {
@@ -208,7 +228,34 @@ fn read_layout(layout: Layout<'_>, store: &Store, choice: usize) -> Result<Gathe
             store.read(segment.file(), segment.byte_range(), at, &mut narrow)?;
             inline::widen::widen(&narrow, itemsize, wide, &mut data);
         }
+        pieces.push((segment.pos(), data));
     }
+    // No gap (the layout says so), so the positions are at most the rows
+    // read: the buffer is bounded by data that exists.
+    let span = usize::try_from(layout.positions.len()).unwrap_or(usize::MAX);
+    let total: usize = pieces.iter().map(|(_, d)| d.len()).sum();
+    let elements: u64 = layout.shape.iter().product();
+    let row_bytes = usize::try_from(elements)
+        .unwrap_or(usize::MAX)
+        .saturating_mul(wide);
+    let size = span.saturating_mul(row_bytes);
+    let data = if pieces.len() == 1 || size > total {
+        // One segment (or nothing to compose): its bytes are the rows.
+        pieces
+            .into_iter()
+            .next()
+            .map(|(_, d)| d)
+            .unwrap_or_default()
+    } else {
+        let mut data = vec![0u8; size];
+        for (pos, piece) in pieces {
+            let from = usize::try_from(pos - layout.positions.start()).unwrap_or(0) * row_bytes;
+            if let Some(slot) = data.get_mut(from..from + piece.len()) {
+                slot.copy_from_slice(&piece);
+            }
+        }
+        data
+    };
     Ok(Gathered {
         positions: layout.positions,
         dtype: layout.dtype,
@@ -243,25 +290,21 @@ pub fn gather_runs_from(
         Err(GatherError::Gap { .. }) => {}
         Err(other) => return Err(other),
     }
-    // Dtypes and shapes agree (layout checks them before gaps): split the
-    // non-empty segments, in position order, where a gap falls, and lay out
-    // and read each run (an overlap is still an error).
-    let mut in_order: Vec<(usize, Segment<String>)> =
-        segments.into_iter().filter(|(_, s)| s.rows() > 0).collect();
-    in_order.sort_by_key(|(_, s)| s.pos());
-    let mut runs = Vec::new();
-    let mut from = 0;
-    for to in 1..=in_order.len() {
-        let split = match (in_order.get(to - 1), in_order.get(to)) {
-            (Some((_, a)), Some((_, b))) => b.pos() > a.end(),
-            _ => true,
-        };
-        if !split {
-            continue;
+    // Dtypes and shapes agree (layout checks them before gaps): give each
+    // non-empty segment to the run of covered positions it lies in, keeping
+    // payload order inside a run, and lay out and read each run.
+    let (union, _, _) = super::check::coverage(segments.iter().map(|(_, s)| s.positions()));
+    // Each segment's run, by binary search over the runs (in order).
+    let mut members: Vec<Vec<(usize, Segment<String>)>> = vec![Vec::new(); union.len()];
+    for (j, s) in segments.into_iter().filter(|(_, s)| s.rows() > 0) {
+        let k = union.partition_point(|r| r.end() <= s.pos());
+        if let Some(run) = members.get_mut(k) {
+            run.push((j, s));
         }
-        let run = in_order.get(from..to).unwrap_or_default();
-        runs.push(read_layout(layout(run, choice, field)?, store, choice)?);
-        from = to;
+    }
+    let mut runs = Vec::with_capacity(union.len());
+    for run in members {
+        runs.push(read_layout(layout(&run, choice, field)?, store, choice)?);
     }
     Ok(runs)
 }
@@ -344,9 +387,10 @@ pub(super) fn segments_of<'a>(
     })
 }
 
-/// Segments checked to tile their positions: one dtype (or unsigned integers
-/// of any widths, read as the widest) and one row shape, no gap, no overlap,
-/// in position order (empty segments left out).
+/// Segments checked to cover their positions without a gap: one dtype (or
+/// unsigned integers of any widths, read as the widest) and one row shape,
+/// in payload order (empty segments left out; where they overlap the later
+/// wins).
 struct Layout<'s> {
     in_order: Vec<&'s (usize, Segment<String>)>,
     positions: Rows,
@@ -387,35 +431,21 @@ fn layout<'s>(
             first: *first_index,
         });
     }
-    let mut in_order: Vec<&(usize, Segment<String>)> =
+    // Payload order (the trainer's: later segments win where they overlap);
+    // a position between the first and the last covered that nothing covers
+    // is a gap.
+    let in_order: Vec<&(usize, Segment<String>)> =
         segments.iter().filter(|(_, s)| s.rows() > 0).collect();
-    in_order.sort_by_key(|(_, s)| s.pos());
-    for pair in in_order.windows(2) {
-        let [(a_index, a), (b_index, b)] = pair else {
-            continue;
-        };
-        if b.pos() > a.end() {
-            return Err(GatherError::Gap {
-                choice,
-                field: field.to_owned(),
-                missing: Rows::new(a.end(), b.pos()).unwrap_or(a.positions()),
-            });
-        }
-        if b.pos() < a.end() {
-            return Err(GatherError::Overlap {
-                choice,
-                field: field.to_owned(),
-                overlap: a
-                    .positions()
-                    .intersection(b.positions())
-                    .unwrap_or(b.positions()),
-                first: *a_index,
-                second: *b_index,
-            });
-        }
+    let (union, gaps, _) = super::check::coverage(in_order.iter().map(|(_, s)| s.positions()));
+    if let Some(missing) = gaps.first() {
+        return Err(GatherError::Gap {
+            choice,
+            field: field.to_owned(),
+            missing: *missing,
+        });
     }
-    let positions = match (in_order.first(), in_order.last()) {
-        (Some((_, a)), Some((_, b))) => Rows::new(a.pos(), b.end()).unwrap_or(a.positions()),
+    let positions = match (union.first(), union.last()) {
+        (Some(a), Some(b)) => Rows::new(a.start(), b.end()).unwrap_or(*a),
         _ => Rows::with_len(first.pos(), 0).unwrap_or(first.positions()),
     };
     Ok(Layout {

@@ -247,6 +247,62 @@ impl Store {
         }
     }
 
+    /// The bytes of each of `ranges` of file `name`, the file found (and
+    /// confined) once; each range checked against its length first.
+    pub(super) fn read_ranges(
+        &self,
+        name: &str,
+        ranges: &[Range<u64>],
+        at: impl Fn(usize) -> Location,
+    ) -> Result<Vec<Vec<u8>>, GatherError> {
+        if let (Store::Memory(_), _) | (_, 0..=1) = (self, ranges.len()) {
+            return ranges
+                .iter()
+                .enumerate()
+                .map(|(k, r)| {
+                    let mut out = Vec::new();
+                    if r.is_empty() {
+                        self.len(name, || at(k))?;
+                    } else {
+                        self.read(name, r.clone(), || at(k), &mut out)?;
+                    }
+                    Ok(out)
+                })
+                .collect();
+        }
+        let Opened { path, len, file } = self.open(name, || at(0), true)?;
+        let Some(mut file) = file else {
+            return Ok(vec![Vec::new(); ranges.len()]);
+        };
+        let io = |source| GatherError::Io {
+            path: path.clone(),
+            source,
+        };
+        let mut answers = Vec::with_capacity(ranges.len());
+        for (k, range) in ranges.iter().enumerate() {
+            if range.is_empty() {
+                answers.push(Vec::new());
+                continue;
+            }
+            if len < range.end {
+                return Err(GatherError::ShortFile {
+                    path,
+                    at: at(k),
+                    needed: range.end,
+                    len,
+                });
+            }
+            let bytes = range.end - range.start;
+            let size =
+                usize::try_from(bytes).map_err(|_| GatherError::TooLarge { at: at(k), bytes })?;
+            let mut out = vec![0u8; size];
+            file.seek(SeekFrom::Start(range.start)).map_err(io)?;
+            file.read_exact(&mut out).map_err(io)?;
+            answers.push(out);
+        }
+        Ok(answers)
+    }
+
     /// Appends the bytes `range` of file `name` to `out`, after checking that
     /// the store may read the file and that it holds them; `at` names the
     /// segment for errors.

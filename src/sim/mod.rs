@@ -38,5 +38,5 @@ mod summary;
 pub use config::{Config, Mode};
 pub use request::Request;
 pub use responses::Responses;
-pub use run::{run, MergeFn};
+pub use run::{run, trainer_mismatches, trainer_mismatches_in, MergeFn};
 pub use summary::{ModeSummary, Summary};

@@ -28,6 +28,15 @@ pub struct Request {
     /// Per choice, where preemptions split the decode's rows (offsets inside
     /// them).
     pub preemptions: Vec<Vec<u64>>,
+    /// Rows each preemption re-emits (0-2): the decode's segment after a
+    /// preemption starts this many positions before the previous one ended,
+    /// recomputed, and the previous segment's copy of them is stale (the
+    /// trainer's reader takes the later one).
+    pub reemit: u64,
+    /// Where the by-handle and compact rows of the prompt start: vLLM omits
+    /// a known prompt prefix on request (`routed_experts_prompt_start`).
+    /// 0 (nothing omitted) unless set; at most `P - 1`.
+    pub prompt_start: u64,
     pub(crate) seed: u64,
 }
 
@@ -60,8 +69,58 @@ impl Request {
             experts: if wide { 512 } else { 256 },
             prefill_splits,
             preemptions,
+            reemit: rng.next() % 3,
+            prompt_start: 0,
             seed,
         }
+    }
+
+    /// The request with the prompt's first `start` rows omitted (clamped to
+    /// `P - 1`, so the decode's first row stays inside).
+    #[must_use]
+    pub fn omitting(mut self, start: u64) -> Request {
+        self.prompt_start = start.min(self.prompt - 1);
+        self
+    }
+
+    /// The request with `rows` re-emitted at each preemption.
+    #[must_use]
+    pub fn reemitting(mut self, rows: u64) -> Request {
+        self.reemit = rows;
+        self
+    }
+
+    /// The true routing weights of `position` for `choice`, float32
+    /// `[layers, topk]`, little-endian; `wrong` for what a decode instance
+    /// computes for a prompt position.
+    pub(super) fn weight_row(&self, choice: usize, position: u64, wrong: bool) -> Vec<u8> {
+        let who = if position < self.prompt {
+            0
+        } else {
+            choice as u64 + 1
+        };
+        let mut rng = Rng(mix(self.seed ^ mix(who << 40 ^ position ^ 0x5eed)));
+        (0..self.shape[0] * self.shape[1])
+            .flat_map(|_| {
+                let w = (rng.next() >> 40) as f32 / (1u64 << 24) as f32;
+                (if wrong { w + 0.5 } else { w }).to_le_bytes()
+            })
+            .collect()
+    }
+
+    /// The sampling mask of the sampled token at `position` (in
+    /// `[P, P + C)`) for `choice`: its kept ids (int32) and their sampler
+    /// logprobs (float32), 0-6 of them.
+    pub(super) fn mask_row(&self, choice: usize, position: u64) -> (Vec<i32>, Vec<f32>) {
+        let mut rng = Rng(mix(
+            self.seed ^ mix((choice as u64 + 1) << 40 ^ position ^ 0x3a5c)
+        ));
+        let count = rng.next() % 7;
+        let ids = (0..count).map(|_| (rng.next() % 32_000) as i32).collect();
+        let logprobs = (0..count)
+            .map(|_| -((rng.next() >> 40) as f32 / (1u64 << 20) as f32))
+            .collect();
+        (ids, logprobs)
     }
 
     /// Positions with rows in the end: `[0, P + C - 1)`.

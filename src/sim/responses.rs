@@ -5,9 +5,10 @@ use std::io;
 
 use serde_json::{json, Value};
 
-use crate::fields::ROUTED_EXPERTS;
+use crate::fields::{ROUTED_EXPERTS, ROUTED_EXPERT_WEIGHTS};
 use crate::gather::Store;
 use crate::inline;
+use crate::reading::{SAMPLING_MASK, SAMPLING_MASK_LOGPROBS};
 
 use super::config::Mode;
 use super::request::Request;
@@ -46,48 +47,118 @@ impl Request {
         let decode_rows = decode_from(self.prompt - 1);
         let decode_npy_rows = decode_from(0);
 
-        // By handle: real files, segments anchored at the end as the writer does.
+        // By handle: real files, segments anchored at the end as the writer
+        // does: routed experts, float32 weights beside them, and the CSR
+        // sampling masks and logprobs of the sampled tokens, [P, P + C).
         let colocated_file = format!("{name}/colocated.bin");
         let prefill_file = format!("{name}/prefill.bin");
         let decode_file = format!("{name}/decode.bin");
         let mask_file = format!("{name}/mask.bin");
+        let s0 = self.prompt_start;
+        let (p, end) = (self.prompt, self.rows());
+        let dtype = self.dtype.name();
+        let truth = |c: usize| move |x: u64, _stale: bool| self.truth_row(c, x);
+        let weights = |c: usize| move |x: u64, _stale: bool| self.weight_row(c, x, false);
+        // The decode's rows: wrong for the prompt's last position, stale
+        // where a later segment re-emits them.
+        let decoded = |c: usize| {
+            move |x: u64, stale: bool| {
+                if x < p || stale {
+                    self.wrong_row(c, x)
+                } else {
+                    self.truth_row(c, x)
+                }
+            }
+        };
+        let decoded_weights =
+            |c: usize| move |x: u64, stale: bool| self.weight_row(c, x, x < p || stale);
         let colocated_choices: Vec<Value> = (0..self.choices)
             .map(|c| {
-                let mut payload = files.segments(
+                let at = [p - s0];
+                let mut payload = files.fixed(
                     &colocated_file,
-                    &colocated_rows[c],
+                    ROUTED_EXPERTS,
+                    dtype,
+                    self.shape,
+                    &truth(c),
+                    s0,
+                    end - s0,
+                    &at,
                     0,
-                    self.rows(),
-                    &[self.prompt],
-                    self,
                 );
-                payload.push(files.mask(&mask_file, self.prompt - 1, self.completion, self));
+                payload.extend(files.fixed(
+                    &colocated_file,
+                    ROUTED_EXPERT_WEIGHTS,
+                    "float32",
+                    self.shape,
+                    &weights(c),
+                    s0,
+                    end - s0,
+                    &at,
+                    0,
+                ));
+                payload.extend(files.masks(&mask_file, self, c, p, p + self.completion, &[]));
                 json!({"index": c, "payload": payload})
             })
             .collect();
-        let mut prefill_payload = files.segments(
+        let prefill_at: Vec<u64> = self
+            .prefill_splits
+            .iter()
+            .filter_map(|&x| x.checked_sub(s0))
+            .collect();
+        let mut prefill_payload = files.fixed(
             &prefill_file,
-            &prompt_rows,
+            ROUTED_EXPERTS,
+            dtype,
+            self.shape,
+            &truth(0),
+            s0,
+            p - s0,
+            &prefill_at,
             0,
-            self.prompt,
-            &self.prefill_splits,
-            self,
         );
-        prefill_payload.push(files.mask(&mask_file, self.prompt - 1, 1, self));
+        prefill_payload.extend(files.fixed(
+            &prefill_file,
+            ROUTED_EXPERT_WEIGHTS,
+            "float32",
+            self.shape,
+            &weights(0),
+            s0,
+            p - s0,
+            &prefill_at,
+            0,
+        ));
+        // The prefill samples the first token too; its mask is not stitched.
+        prefill_payload.extend(files.masks(&mask_file, self, 0, p, p + 1, &[]));
         let decode_choices: Vec<Value> = (0..self.choices)
             .map(|c| {
-                let mut payload = files.segments(
+                let splits = &self.preemptions[c];
+                let mut payload = files.fixed(
                     &decode_file,
-                    &decode_rows[c],
-                    self.prompt - 1,
+                    ROUTED_EXPERTS,
+                    dtype,
+                    self.shape,
+                    &decoded(c),
+                    p - 1,
                     self.completion,
-                    &self.preemptions[c],
-                    self,
+                    splits,
+                    self.reemit,
                 );
-                // The sampling mask sits among the routed segments, as writers interleave them.
-                let mask = files.mask(&mask_file, self.prompt - 1, self.completion, self);
+                // The sampling masks sit among the routed segments, as writers interleave them.
+                let masks = files.masks(&mask_file, self, c, p, p + self.completion, splits);
                 let at = (c + self.index) % (payload.len() + 1);
-                payload.insert(at, mask);
+                payload.splice(at..at, masks);
+                payload.extend(files.fixed(
+                    &decode_file,
+                    ROUTED_EXPERT_WEIGHTS,
+                    "float32",
+                    self.shape,
+                    &decoded_weights(c),
+                    p - 1,
+                    self.completion,
+                    splits,
+                    self.reemit,
+                ));
                 json!({"index": c, "payload": payload})
             })
             .collect();
@@ -114,38 +185,59 @@ impl Request {
                    "usage": {"prompt_tokens": self.prompt, "completion_tokens": completion,
                              "total_tokens": self.prompt + completion}})
         };
-        let inline_response = |id: &str, values: Vec<Value>| {
+        // Inline forms carry the routed experts inline and the other fields
+        // by handle, in the same files as the by-handle form.
+        let others = |choices: &[Value], c: usize| -> Value {
+            let payload = choices
+                .get(c)
+                .and_then(|choice| choice["payload"].as_array())
+                .map(|items| {
+                    items
+                        .iter()
+                        .filter(|s| s["field"] != ROUTED_EXPERTS)
+                        .cloned()
+                        .collect::<Vec<Value>>()
+                })
+                .unwrap_or_default();
+            Value::Array(payload)
+        };
+        let inline_response = |id: &str, values: Vec<Value>, by_handle: &[Value]| {
             let choices = values
                 .into_iter()
                 .enumerate()
-                .map(|(c, v)| json!({"index": c, ROUTED_EXPERTS: v}))
+                .map(|(c, v)| json!({"index": c, ROUTED_EXPERTS: v, "payload": others(by_handle, c)}))
                 .collect();
             response(id, choices)
         };
 
-        let by_handle = Responses {
-            colocated: response("colocated", colocated_choices),
-            prefill: response(
-                "prefill",
-                vec![json!({"index": 0, "payload": prefill_payload})],
-            ),
-            decode: response("decode", decode_choices),
-        };
+        let prefill_choices = vec![json!({"index": 0, "payload": prefill_payload})];
+        let compact_rows =
+            |rows: &[u8], from: u64| rows[(from as usize) * self.row_bytes()..].to_vec();
         let compact_form = Responses {
             colocated: inline_response(
                 "colocated",
                 colocated_rows
                     .iter()
-                    .map(|r| compact(r, 0, self.rows()))
+                    .map(|r| compact(&compact_rows(r, s0), s0, self.rows() - s0))
                     .collect(),
+                &colocated_choices,
             ),
-            prefill: inline_response("prefill", vec![compact(&prompt_rows, 0, self.prompt)]),
+            prefill: inline_response(
+                "prefill",
+                vec![compact(
+                    &compact_rows(&prompt_rows, s0),
+                    s0,
+                    self.prompt - s0,
+                )],
+                &prefill_choices,
+            ),
             decode: inline_response(
                 "decode",
                 decode_rows
                     .iter()
                     .map(|r| compact(r, self.prompt - 1, self.completion))
                     .collect(),
+                &decode_choices,
             ),
         };
         let npy_form = Responses {
@@ -155,15 +247,26 @@ impl Request {
                     .iter()
                     .map(|r| npy(r, self.rows()))
                     .collect::<io::Result<_>>()?,
+                &colocated_choices,
             ),
-            prefill: inline_response("prefill", vec![npy(&prompt_rows, self.prompt)?]),
+            prefill: inline_response(
+                "prefill",
+                vec![npy(&prompt_rows, self.prompt)?],
+                &prefill_choices,
+            ),
             decode: inline_response(
                 "decode",
                 decode_npy_rows
                     .iter()
                     .map(|r| npy(r, self.rows()))
                     .collect::<io::Result<_>>()?,
+                &decode_choices,
             ),
+        };
+        let by_handle = Responses {
+            colocated: response("colocated", colocated_choices),
+            prefill: response("prefill", prefill_choices),
+            decode: response("decode", decode_choices),
         };
         Ok(vec![
             (Mode::ByHandle, by_handle),
@@ -206,6 +309,7 @@ impl Files {
     /// `splits` (offsets inside them), and returns the segments, anchored at
     /// the end: each segment's `pos` is where the rows it holds end, minus its
     /// row count.
+    #[cfg(test)]
     fn segments(
         &mut self,
         file: &str,
@@ -216,6 +320,83 @@ impl Files {
         req: &Request,
     ) -> Vec<Value> {
         let row_bytes = req.row_bytes();
+        let row = |x: u64, _: bool| {
+            let k = (x - start) as usize;
+            rows[k * row_bytes..(k + 1) * row_bytes].to_vec()
+        };
+        self.fixed(
+            file,
+            ROUTED_EXPERTS,
+            req.dtype.name(),
+            req.shape,
+            &row,
+            start,
+            n,
+            splits,
+            0,
+        )
+    }
+
+    /// Fixed-width segments of `field` for positions `[start, start + n)`,
+    /// split at `splits` (offsets inside), each segment after a split
+    /// re-emitting the `reemit` rows before it: `row(x, stale)` gives the row
+    /// of position `x`, stale for an earlier copy that a later segment
+    /// re-emits. Anchored at the end, as the writer anchors them.
+    #[allow(clippy::too_many_arguments)]
+    fn fixed(
+        &mut self,
+        file: &str,
+        field: &str,
+        dtype: &str,
+        shape: [u64; 2],
+        row: &dyn Fn(u64, bool) -> Vec<u8>,
+        start: u64,
+        n: u64,
+        splits: &[u64],
+        reemit: u64,
+    ) -> Vec<Value> {
+        let buffer = self.buffer(file);
+        let mut bounds = vec![0];
+        bounds.extend(splits.iter().copied().filter(|&s| s > 0 && s < n));
+        bounds.push(n);
+        // Each segment's first row: its split point, less the re-emitted rows
+        // (never before the previous segment's own start).
+        let firsts: Vec<u64> = (0..bounds.len() - 1)
+            .map(|k| {
+                if k == 0 {
+                    0
+                } else {
+                    bounds[k].saturating_sub(reemit).max(bounds[k - 1])
+                }
+            })
+            .collect();
+        (0..bounds.len() - 1)
+            .map(|k| {
+                let (from, to) = (firsts[k], bounds[k + 1]);
+                let stale_from = firsts.get(k + 1).copied().unwrap_or(to);
+                let offset = buffer.len() as u64;
+                for x in from..to {
+                    buffer.extend(row(start + x, x >= stale_from));
+                }
+                json!({"field": field, "file": file, "offset": offset, "pos": start + to - (to - from),
+                       "rows": to - from, "dtype": dtype, "shape": shape})
+            })
+            .collect()
+    }
+
+    /// CSR segments of `field` for positions `[start, start + n)` split at
+    /// `splits`: for each, `rows + 1` uint32 file offsets, then the values
+    /// (`values(x)`, 4 bytes each). Labelled `uint32`, shape `[]`, so that
+    /// clipping moves the offset 4 bytes a row.
+    fn csr(
+        &mut self,
+        file: &str,
+        field: &str,
+        values: &dyn Fn(u64) -> Vec<[u8; 4]>,
+        start: u64,
+        n: u64,
+        splits: &[u64],
+    ) -> Vec<Value> {
         let buffer = self.buffer(file);
         let mut bounds = vec![0];
         bounds.extend(splits.iter().copied().filter(|&s| s > 0 && s < n));
@@ -225,21 +406,57 @@ impl Files {
             .map(|w| {
                 let (from, to) = (w[0], w[1]);
                 let offset = buffer.len() as u64;
-                buffer.extend_from_slice(&rows[from as usize * row_bytes..to as usize * row_bytes]);
-                let end = start + to; // one past the last position this segment holds
-                json!({"field": ROUTED_EXPERTS, "file": file, "offset": offset, "pos": end - (to - from),
-                       "rows": to - from, "dtype": req.dtype.name(), "shape": req.shape})
+                let rows: Vec<Vec<[u8; 4]>> = (from..to).map(|x| values(start + x)).collect();
+                let mut at = offset + 4 * (to - from + 1);
+                buffer.extend((at as u32).to_le_bytes());
+                for r in &rows {
+                    at += 4 * r.len() as u64;
+                    buffer.extend((at as u32).to_le_bytes());
+                }
+                for r in &rows {
+                    buffer.extend(r.iter().flatten());
+                }
+                json!({"field": field, "file": file, "offset": offset, "pos": start + from,
+                       "rows": to - from, "dtype": "uint32", "shape": []})
             })
             .collect()
     }
 
-    /// A `sampling_mask` segment of `rows` positions from `pos`.
-    fn mask(&mut self, file: &str, pos: u64, rows: u64, req: &Request) -> Value {
-        let buffer = self.buffer(file);
-        let offset = buffer.len() as u64;
-        buffer.extend((0..rows * 16).map(|i| (i as u8).wrapping_add(req.index as u8) & 1));
-        json!({"field": "sampling_mask", "file": file, "offset": offset, "pos": pos, "rows": rows,
-               "dtype": "bool", "shape": [16]})
+    /// The sampling mask and its logprobs of `choice` for the sampled
+    /// positions `[from, to)`, split at `splits` (offsets inside).
+    fn masks(
+        &mut self,
+        file: &str,
+        req: &Request,
+        choice: usize,
+        from: u64,
+        to: u64,
+        splits: &[u64],
+    ) -> Vec<Value> {
+        let ids = |x: u64| {
+            req.mask_row(choice, x)
+                .0
+                .iter()
+                .map(|v| v.to_le_bytes())
+                .collect()
+        };
+        let logprobs = |x: u64| {
+            req.mask_row(choice, x)
+                .1
+                .iter()
+                .map(|v| v.to_le_bytes())
+                .collect()
+        };
+        let mut out = self.csr(file, SAMPLING_MASK, &ids, from, to - from, splits);
+        out.extend(self.csr(
+            file,
+            SAMPLING_MASK_LOGPROBS,
+            &logprobs,
+            from,
+            to - from,
+            splits,
+        ));
+        out
     }
 
     fn flush(self, store: &mut Store) -> io::Result<()> {

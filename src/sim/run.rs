@@ -10,7 +10,8 @@ use serde_json::Value;
 
 use crate::error::Error;
 use crate::fields::ROUTED_EXPERTS;
-use crate::gather::{gather, Store};
+use crate::gather::{gather, read_choice_field, Store};
+use crate::reading::FieldTable;
 
 use super::config::{Config, Mode};
 use super::request::Request;
@@ -117,6 +118,59 @@ pub fn run(
 }
 
 /// Simulates request `index`: writes, stitches, gathers and compares.
+/// Where the trainer's reading of `merged` differs from its reading of
+/// `colocated`, for each choice and each field of its table, over
+/// `[0, P + C)`; files read inside `dir`.
+pub fn trainer_mismatches(
+    request: &Request,
+    merged: &Value,
+    colocated: &Value,
+    dir: &std::path::Path,
+    tag: &str,
+) -> Vec<String> {
+    let store = match Store::confined(dir, &[]) {
+        Ok(store) => store,
+        Err(err) => return vec![format!("{tag}: {}: {err}", dir.display())],
+    };
+    trainer_mismatches_in(request, merged, colocated, &store, tag)
+}
+
+/// [`trainer_mismatches`] through any store.
+pub fn trainer_mismatches_in(
+    request: &Request,
+    merged: &Value,
+    colocated: &Value,
+    store: &Store,
+    tag: &str,
+) -> Vec<String> {
+    let seq = request.prompt + request.completion;
+    let mut out = Vec::new();
+    for c in 0..request.choices {
+        for spec in FieldTable::trainer().fields() {
+            let read = |r: &Value| read_choice_field(r, c, &spec.name, 0, seq, store);
+            match (read(merged), read(colocated)) {
+                (Ok(a), Ok(b)) if a == b => {}
+                (Ok(a), Ok(b)) => {
+                    let row = (0..seq).find(|&k| {
+                        a.as_ref().and_then(|r| r.row(k)) != b.as_ref().and_then(|r| r.row(k))
+                    });
+                    out.push(format!(
+                        "{tag} choice {c} {}: the trainer reads the merged response otherwise than the colocated one (first at position {row:?})",
+                        spec.name
+                    ));
+                }
+                (Err(err), _) | (_, Err(err)) => {
+                    out.push(format!(
+                        "{tag} choice {c} {}: the trainer cannot read it: {err}",
+                        spec.name
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
 fn one(config: &Config, index: usize, merge: &MergeFn) -> io::Result<RequestResult> {
     let request = Request::draw(config.seed, index);
     let forms = request.write(&mut Store::Dir(config.dir.clone()))?;
@@ -185,6 +239,15 @@ fn one(config: &Config, index: usize, merge: &MergeFn) -> io::Result<RequestResu
                 },
             )
             .collect();
+        // The law (SPEC RD4): the trainer reads the merged response as it
+        // reads the colocated one, every field, over the whole sequence.
+        mismatches.extend(trainer_mismatches(
+            &request,
+            &merged,
+            &responses.colocated,
+            &config.dir,
+            &tag,
+        ));
         outcomes.push((mode, Outcome { stitched, gathered }));
     }
     Ok(RequestResult {

@@ -225,26 +225,27 @@ fn check_by_handle(
     Ok(())
 }
 
-/// Where a trainer reading `payload`'s routed segments in order, position by
-/// position, first meets a position that does not follow the one before:
-/// `(segment of the position before, segment of this one)`, payload indices.
+/// Where the trainer (SPEC 5a: the last segment covering a position is the
+/// one read) reads `payload`'s routed segments otherwise than written: the
+/// first position between the first and the last covered that nothing
+/// covers, as `(segment read before it, segment read after it)`, payload
+/// indices. (One dtype and one width here, so only gaps can misread.)
 fn first_misread(payload: &[Value]) -> Option<(usize, usize)> {
-    let mut last: Option<(u64, usize)> = None;
+    let mut reader: BTreeMap<u64, usize> = BTreeMap::new();
     for (j, s) in payload.iter().enumerate().filter(|(_, s)| routed(s)) {
         for x in num(s, "pos")..num(s, "pos") + num(s, "rows") {
-            if let Some((before, from)) = last {
-                if x != before + 1 {
-                    return Some((from, j));
-                }
-            }
-            last = Some((x, j));
+            reader.insert(x, j);
         }
     }
-    None
+    let (&lo, _) = reader.first_key_value()?;
+    let (&hi, _) = reader.last_key_value()?;
+    let x = (lo..=hi).find(|x| !reader.contains_key(x))?;
+    let next = (x..=hi).find(|y| reader.contains_key(y))?;
+    Some((reader[&(x - 1)], reader[&next]))
 }
 
-/// Strict mode on the same case: the plain merge's answer when every merged
-/// choice reads in position order (or nothing was merged), else
+/// Strict mode on the same case: the plain merge's answer when the trainer reads every merged
+/// choice as written (or nothing was merged), else
 /// `Error::Layout` at the first choice that does not, naming the two
 /// segments the reading finds, with the decode untouched.
 fn check_strict(

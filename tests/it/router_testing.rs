@@ -344,7 +344,7 @@ fn a_router_that_drops_other_payload_items_is_caught() {
     for (_, message) in &caught {
         assert_eq!(
             message,
-            "choice 0: a payload item that is not routed_experts was lost, added or changed"
+            "choice 0: a payload item that is not stitched was lost, added or changed"
         );
     }
 }
@@ -396,14 +396,14 @@ fn a_router_that_lists_segments_out_of_position_order_is_caught() {
         // Newest first: the decode's last segment, which ends where all rows
         // end, then the one before it, the first to go back.
         let prefix = routed_segments(&case.prefill["choices"][0]).len();
+        let (_, newest) = routed_segments(&merged["choices"][c])[prefix];
         let (j, back) = routed_segments(&merged["choices"][c])[prefix + 1];
         assert_eq!(
             message,
             format!(
-                "choice {c}: payload[{j}] (pos {}) comes after rows up to {}: segments out of \
-                 position order, so a trainer concatenating them misplaces rows",
-                back["pos"],
-                case.request().rows()
+                "choice {c}: payload[{j}] (pos {}) comes after a segment starting at {}: segments out of \
+                 position order, so re-emitted rows would lose to stale ones",
+                back["pos"], newest["pos"]
             )
         );
     }

@@ -63,9 +63,10 @@ fn cut_one_early(prefill: &Value) -> Value {
         let last = payload
             .iter_mut()
             .filter(|s| s["field"] == "routed_experts")
-            .max_by_key(|s| s["pos"].as_u64().unwrap() + s["rows"].as_u64().unwrap())
-            .unwrap();
-        last["rows"] = json!(last["rows"].as_u64().unwrap() - 1);
+            .max_by_key(|s| s["pos"].as_u64().unwrap() + s["rows"].as_u64().unwrap());
+        if let Some(last) = last {
+            last["rows"] = json!(last["rows"].as_u64().unwrap() - 1);
+        }
     }
     match choice.get_mut("routed_experts") {
         Some(Value::Object(compact)) => {
@@ -564,7 +565,7 @@ fn a_directory_that_cannot_be_written_is_an_error() {
 /// decode's positions `[P - 1, P + C - 1)` once), and the mask file holds
 /// bools, both values.
 #[test]
-fn every_response_passes_check_and_masks_are_bools() {
+fn every_response_passes_check_and_masks_are_csr_at_the_sampled_positions() {
     let config = config("check", 8);
     let summary = run(
         &config,
@@ -582,30 +583,26 @@ fn every_response_passes_check_and_masks_are_bools() {
                     .unwrap();
             let report = pd_stitch::gather::check(&merged, &config.dir);
             assert!(report.is_ok(), "{stem} {i}: {report:#?}");
-            if stem == "by-handle" {
-                let masks: Vec<_> = report
-                    .fields
-                    .iter()
-                    .filter(|f| f.field == "sampling_mask")
-                    .collect();
-                assert_eq!(masks.len(), request.choices);
+            // Every form carries the CSR sampling fields by handle, at the
+            // sampled tokens' own positions, [P, P + C).
+            for field in ["sampling_mask", "sampling_mask_logprobs"] {
+                let masks: Vec<_> = report.fields.iter().filter(|f| f.field == field).collect();
+                assert_eq!(masks.len(), request.choices, "{stem} {i} {field}");
                 for mask in masks {
                     assert_eq!(
                         mask.coverage
                             .iter()
                             .map(ToString::to_string)
                             .collect::<Vec<_>>(),
-                        [format!("[{}, {})", request.prompt - 1, request.rows())]
+                        [format!(
+                            "[{}, {})",
+                            request.prompt,
+                            request.prompt + request.completion
+                        )]
                     );
                 }
             }
         }
-        let mask = std::fs::read(at("mask.bin")).unwrap();
-        assert!(
-            mask.iter().all(|&b| b <= 1),
-            "request {i}: mask bytes not bools"
-        );
-        assert!(mask.contains(&0) && mask.contains(&1), "request {i}");
     }
     std::fs::remove_dir_all(&config.dir).unwrap();
 }
@@ -628,11 +625,26 @@ fn sampling_masks_sit_first_between_and_last() {
             .iter()
             .enumerate()
         {
-            let payload = choice["payload"].as_array().unwrap();
+            // Among the routed segments and the masks (the weights follow).
+            let payload: Vec<&Value> = choice["payload"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|s| s["field"] == "routed_experts" || s["field"] == "sampling_mask")
+                .collect();
             let at = payload
                 .iter()
                 .position(|s| s["field"] == "sampling_mask")
                 .unwrap();
+            let masks = payload
+                .iter()
+                .filter(|s| s["field"] == "sampling_mask")
+                .count();
+            let at = if at + masks == payload.len() {
+                payload.len() - 1
+            } else {
+                at
+            };
             let place = if at == 0 {
                 0
             } else if at + 1 == payload.len() {
@@ -653,10 +665,10 @@ fn sampling_masks_sit_first_between_and_last() {
     );
 }
 
-/// Each response's `sampling_mask` covers the positions that sampled a
-/// token: the last prompt position and every completion position but the
-/// last, `[P - 1, P + C - 1)`, for the colocated server and the decode; the
-/// last prompt position alone for the prefill, which samples one token.
+/// Each response's sampling masks cover the sampled tokens' positions
+/// (SPEC F9): `[P, P + C)` for the colocated server and the decode (split
+/// where preemptions split the decode's rows), `[P, P + 1)` for the
+/// prefill, which samples the first token.
 #[test]
 fn sampling_masks_cover_the_positions_that_sampled() {
     for i in 0..12 {
@@ -669,14 +681,128 @@ fn sampling_masks_cover_the_positions_that_sampled() {
                 .as_array()
                 .unwrap()
                 .iter()
-                .flat_map(|c| c["payload"].as_array().unwrap().iter())
-                .filter(|s| s["field"] == "sampling_mask")
-                .map(|s| (s["pos"].as_u64().unwrap(), s["rows"].as_u64().unwrap()))
+                .map(|c| {
+                    let segs: Vec<(u64, u64)> = c["payload"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .filter(|s| s["field"] == "sampling_mask")
+                        .map(|s| (s["pos"].as_u64().unwrap(), s["rows"].as_u64().unwrap()))
+                        .collect();
+                    for w in segs.windows(2) {
+                        assert_eq!(w[0].0 + w[0].1, w[1].0, "{i}: masks back to back");
+                    }
+                    (segs[0].0, segs.iter().map(|s| s.1).sum())
+                })
                 .collect()
         };
-        let sampled = (r.prompt - 1, r.completion);
+        let sampled = (r.prompt, r.completion);
         assert_eq!(masks(&by_handle.colocated), vec![sampled; r.choices], "{i}");
         assert_eq!(masks(&by_handle.decode), vec![sampled; r.choices], "{i}");
-        assert_eq!(masks(&by_handle.prefill), [(r.prompt - 1, 1)], "{i}");
+        assert_eq!(masks(&by_handle.prefill), [(r.prompt, 1)], "{i}");
     }
+}
+
+/// Every simulated pair, every form, with and without re-emission and an
+/// omitted prompt prefix: the library's merge, then `check`-what-the-trainer
+/// reads. Returns the mismatches of `merge`.
+fn trainer_law(
+    requests: usize,
+    merge: &dyn Fn(&Value, &mut Value) -> Result<bool, Error>,
+) -> (usize, Vec<String>) {
+    let mut checked = 0;
+    let mut mismatches = Vec::new();
+    for index in 0..requests {
+        for (reemit, omit) in [(0, 0), (2, 0), (1, 7), (2, 1000)] {
+            let request = Request::draw(11, index).reemitting(reemit).omitting(omit);
+            let mut store = pd_stitch::gather::Store::memory();
+            for (mode, responses) in request.write(&mut store).unwrap() {
+                let mut merged = responses.decode.clone();
+                match merge(&responses.prefill, &mut merged) {
+                    Ok(true) => {}
+                    other => mismatches.push(format!("{index} {mode:?}: merge gave {other:?}")),
+                }
+                let tag = format!(
+                    "request {index} ({}, reemit {reemit}, omit {omit})",
+                    mode.name()
+                );
+                mismatches.extend(pd_stitch::sim::trainer_mismatches_in(
+                    &request,
+                    &merged,
+                    &responses.colocated,
+                    &store,
+                    &tag,
+                ));
+                checked += 1;
+            }
+        }
+    }
+    (checked, mismatches)
+}
+
+/// RD4: the trainer reads every merged response as it reads the colocated
+/// one, for all four fields over `[0, P + C)`.
+#[test]
+fn the_trainer_reads_the_merged_response_as_the_colocated_one() {
+    let (checked, mismatches) =
+        trainer_law(24, &|p, d| pd_stitch::merge_routed_experts_for_pd(p, d));
+    assert_eq!(checked, 24 * 4 * 3);
+    assert!(mismatches.is_empty(), "{mismatches:#?}");
+}
+
+/// The law bites: a merge that cuts one position early is read otherwise
+/// (the decode's wrong row for the last prompt position), and so is one
+/// that stitches `routed_experts` alone (the decode's wrong weights, the
+/// prompt's weights lost).
+#[test]
+fn the_trainer_law_catches_a_cut_one_early_and_unstitched_weights() {
+    let (_, early) = trainer_law(4, &|p, d| {
+        pd_stitch::merge_routed_experts_for_pd(&cut_one_early(p), d)
+    });
+    assert!(
+        early.iter().any(|m| m.contains("routed_experts:")),
+        "{early:#?}"
+    );
+    let alone = pd_stitch::Stitcher::with_fields(["routed_experts"]);
+    let (_, weights) = trainer_law(4, &|p, d| alone.merge(p, d, pd_stitch::Stitch::ForPd));
+    assert!(
+        weights.iter().any(|m| m.contains("routed_expert_weights")),
+        "{weights:#?}"
+    );
+    assert!(
+        weights
+            .iter()
+            .all(|m| !m.contains("choice 0 routed_experts:")),
+        "{weights:#?}"
+    );
+}
+
+/// Re-emission matters: a reader that kept the earlier copy of re-emitted
+/// rows (first wins) would read stale rows, so the simulator's decode
+/// payloads do overlap, and the later copy is the truth.
+#[test]
+fn re_emitted_rows_overlap_and_the_later_copy_is_the_one_read() {
+    let request = Request::draw(11, 3).reemitting(2);
+    let mut store = pd_stitch::gather::Store::memory();
+    let forms = request.write(&mut store).unwrap();
+    let (_, by_handle) = forms
+        .into_iter()
+        .find(|(m, _)| *m == Mode::ByHandle)
+        .unwrap();
+    let mut overlapping = 0;
+    for choice in by_handle.decode["choices"].as_array().unwrap() {
+        let segs: Vec<(u64, u64)> = choice["payload"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["field"] == "routed_experts")
+            .map(|s| (s["pos"].as_u64().unwrap(), s["rows"].as_u64().unwrap()))
+            .collect();
+        overlapping += segs.windows(2).filter(|w| w[1].0 < w[0].0 + w[0].1).count();
+    }
+    let splits: usize = request.preemptions.iter().map(Vec::len).sum();
+    assert!(
+        splits == 0 || overlapping > 0,
+        "{splits} preemptions, no overlap"
+    );
 }
