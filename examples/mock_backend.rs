@@ -807,13 +807,18 @@ fn convention(s: &str) -> Result<Convention, String> {
 
 fn shape(s: &str) -> Result<Shape, String> {
     let parse = |n: &str| n.trim().parse::<u64>().ok().filter(|&n| n > 0);
-    match s.split_once(['x', 'X', ',']).map(|(l, k)| (parse(l), parse(k))) {
+    match s
+        .split_once(['x', 'X', ','])
+        .map(|(l, k)| (parse(l), parse(k)))
+    {
         Some((Some(layers), Some(top_k))) => Ok(Shape {
             layers,
             top_k,
             experts: 64,
         }),
-        _ => Err(format!("{s:?} is not LAYERSxTOP_K (two positive integers, e.g. 48x8)")),
+        _ => Err(format!(
+            "{s:?} is not LAYERSxTOP_K (two positive integers, e.g. 48x8)"
+        )),
     }
 }
 

@@ -606,9 +606,14 @@ struct Args {
 
 fn row_shape(s: &str) -> Result<(u64, u64), String> {
     let parse = |n: &str| n.trim().parse::<u64>().ok().filter(|&n| n > 0);
-    match s.split_once(['x', 'X', ',']).map(|(l, k)| (parse(l), parse(k))) {
+    match s
+        .split_once(['x', 'X', ','])
+        .map(|(l, k)| (parse(l), parse(k)))
+    {
         Some((Some(layers), Some(top_k))) => Ok((layers, top_k)),
-        _ => Err(format!("{s:?} is not LAYERSxTOP_K (two positive integers, e.g. 48x8)")),
+        _ => Err(format!(
+            "{s:?} is not LAYERSxTOP_K (two positive integers, e.g. 48x8)"
+        )),
     }
 }
 

@@ -306,7 +306,16 @@ fn streamed(bytes: &[u8]) -> (Vec<Vec<u8>>, Value) {
         let text = event.data.expect("every event has data");
         if let Ok(value) = serde_json::from_slice::<Value>(&text) {
             for choice in value["choices"].as_array().into_iter().flatten() {
-                let rows = !choice["routed_experts"].is_null() || choice.get("payload").is_some();
+                // Rows: inline, or a payload segment of a stitched field (a
+                // payload of sampling masks alone carries none).
+                let stitched = choice["payload"].as_array().is_some_and(|p| {
+                    p.iter().any(|s| {
+                        s["field"]
+                            .as_str()
+                            .is_some_and(|f| pd_stitch::DEFAULT_FIELDS.contains(&f))
+                    })
+                });
+                let rows = !choice["routed_experts"].is_null() || stitched;
                 if rows {
                     let mut choice = choice.clone();
                     let object = choice.as_object_mut().expect("a choice is an object");

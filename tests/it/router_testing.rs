@@ -36,7 +36,14 @@ fn router_copying_choice_0(prefill: &Value, decode: Value) -> Value {
     let mut merged = router(prefill, decode);
     let choices = merged["choices"].as_array_mut().unwrap();
     let first = choices[0].clone();
-    let routed = |v: &Value| v["field"] == "routed_experts";
+    // Choice 0's stitched segments (experts and their weights, in its
+    // order) in place of this choice's own: the prefill's come first in
+    // both, so only the completion's rows are wrong.
+    let routed = |v: &Value| {
+        v["field"]
+            .as_str()
+            .is_some_and(|f| pd_stitch::DEFAULT_FIELDS.contains(&f))
+    };
     for choice in choices.iter_mut().skip(1) {
         if let Some(payload) = choice.get_mut("payload").and_then(Value::as_array_mut) {
             payload.retain(|s| !routed(s));

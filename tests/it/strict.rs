@@ -25,10 +25,6 @@ fn num(v: &Value, key: &str) -> u64 {
     v[key].as_u64().unwrap()
 }
 
-fn unsigned(dtype: &str) -> bool {
-    dtype.starts_with("uint")
-}
-
 /// What the trainer (SPEC 5a: later segments win, uncovered positions read
 /// as the fill) reads otherwise than the rows written, found position by
 /// position: `(kind, first, second)` with payload indices, or `None`. The
