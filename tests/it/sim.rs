@@ -806,3 +806,77 @@ fn re_emitted_rows_overlap_and_the_later_copy_is_the_one_read() {
         "{splits} preemptions, no overlap"
     );
 }
+
+/// Issue 24's cases, on simulated re-emitting decodes (preemption re-emits
+/// two rows: the merged payloads overlap, the later copy the truth):
+/// `compare` says the merged response equals the colocated one, strict
+/// accepts the merge (the plain merge's output), and strict refuses a gap
+/// made in the same payload.
+#[test]
+fn a_re_emitting_decode_compares_equal_and_strict_accepts_it_but_not_a_gap() {
+    use pd_stitch::compare::{compare, Options};
+    let (mut overlapping, mut layout) = (0, 0);
+    for index in 0..24 {
+        let request = Request::draw(11, index).reemitting(2);
+        let mut store = pd_stitch::gather::Store::memory();
+        let forms = request.write(&mut store).unwrap();
+        let (_, r) = forms
+            .into_iter()
+            .find(|(m, _)| *m == Mode::ByHandle)
+            .unwrap();
+        let mut plain = r.decode.clone();
+        assert_eq!(
+            pd_stitch::merge_routed_experts_for_pd(&r.prefill, &mut plain),
+            Ok(true)
+        );
+        let report = compare(&plain, &store, &r.colocated, &store, &Options::default())
+            .unwrap_or_else(|e| panic!("request {index}: {e}"));
+        assert!(report.all_equal(), "request {index}\n{report}");
+        let mut strict = r.decode.clone();
+        let got = pd_stitch::Stitcher::new().strict().merge(
+            &r.prefill,
+            &mut strict,
+            pd_stitch::Stitch::ForPd,
+        );
+        assert_eq!(got, Ok(true), "request {index}");
+        assert_eq!(strict, plain, "request {index}");
+        for choice in plain["choices"].as_array().unwrap() {
+            let segs: Vec<(u64, u64)> = choice["payload"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|s| s["field"] == "routed_experts")
+                .map(|s| (s["pos"].as_u64().unwrap(), s["rows"].as_u64().unwrap()))
+                .collect();
+            overlapping += segs.windows(2).filter(|w| w[1].0 < w[0].0 + w[0].1).count();
+        }
+        // A gap: the decode's last routed segment moved three positions on,
+        // past the two rows re-emitted over the one before it. The trainer
+        // would read the fill at the position left; strict refuses (Layout),
+        // or the plain merge already does when the moved segment held the
+        // cut (Coverage); either way the decode is untouched.
+        let mut gapped = r.decode.clone();
+        let payload = gapped["choices"][0]["payload"].as_array_mut().unwrap();
+        if let Some(last) = payload
+            .iter_mut()
+            .rev()
+            .find(|s| s["field"] == "routed_experts")
+        {
+            let pos = last["pos"].as_u64().unwrap();
+            last["pos"] = json!(pos + 3);
+        }
+        let before = gapped.clone();
+        let err = pd_stitch::Stitcher::new()
+            .strict()
+            .merge(&r.prefill, &mut gapped, pd_stitch::Stitch::ForPd)
+            .expect_err("a gap is refused");
+        assert_eq!(gapped, before);
+        match err.kind() {
+            pd_stitch::ErrorKind::Layout => layout += 1,
+            pd_stitch::ErrorKind::Coverage => {}
+            other => panic!("request {index}: {other:?}: {err}"),
+        }
+    }
+    assert!(layout > 0, "no gap reached strict's rule");
+    assert!(overlapping > 0, "no merged payload overlapped");
+}
