@@ -13,19 +13,24 @@ import pd_stitch
 from conftest import PAIRS, pair
 
 def numpy_reader(response, choice, root):
-    """What a trainer does: numpy.fromfile per segment, in payload order, then
-    concatenate; base64 and np.load / frombuffer for inline rows."""
+    """What a trainer does (docs/SPEC.md, section 5a): numpy.fromfile per
+    segment, each written at its positions in payload order, so a later
+    segment wins where two overlap (a re-emission); base64 and np.load /
+    frombuffer for inline rows."""
     own = response["choices"][choice]
     segments = [s for s in own.get("payload") or [] if s.get("field") == "routed_experts"]
     if segments:
-        parts = []
+        start = min(s["pos"] for s in segments)
+        end = max(s["pos"] + s["rows"] for s in segments)
+        shape = tuple(segments[0]["shape"])
+        widest = max((np.dtype(s["dtype"]) for s in segments), key=lambda d: d.itemsize)
+        out = np.zeros((end - start,) + shape, dtype=widest.newbyteorder("<"))
         for s in segments:
-            shape = tuple(s["shape"])
             dtype = np.dtype(s["dtype"]).newbyteorder("<")
-            parts.append(np.fromfile(os.path.join(root, s["file"]), dtype=dtype,
-                                     count=s["rows"] * int(np.prod(shape)), offset=s["offset"])
-                         .reshape((s["rows"],) + shape))
-        return segments[0]["pos"], np.concatenate(parts)
+            rows = np.fromfile(os.path.join(root, s["file"]), dtype=dtype,
+                               count=s["rows"] * int(np.prod(shape)), offset=s["offset"])
+            out[s["pos"] - start:s["pos"] - start + s["rows"]] = rows.reshape((s["rows"],) + shape)
+        return start, out
     value = own["routed_experts"]
     if isinstance(value, str):
         return 0, np.load(io.BytesIO(base64.b64decode(value)), allow_pickle=False)

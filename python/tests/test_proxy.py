@@ -95,7 +95,10 @@ def test_stitched_answers_in_every_form(backends):
         assert status == 200, body[:300]
         merged = json.loads(body)
         for c, choice in enumerate(merged["choices"]):
-            forms.add("payload" if "payload" in choice else type(choice["routed_experts"]).__name__)
+            # Inline rows, or by handle (an inline choice's payload holds
+            # its sampling masks alone).
+            inline = choice.get("routed_experts")
+            forms.add("payload" if inline is None else type(inline).__name__)
             start, rows = pd_stitch.gather(body, c, root=root)
             assert start == 0 and rows.ndim == 3
             # The prompt's rows come from the prefill: check against a layout
