@@ -2,8 +2,9 @@
 with `pd-stitch gather --npy`.
 
 A trainer reads a by-handle response segment by segment, in payload order:
-numpy.fromfile(file, dtype, count, offset) reshaped to (rows, *shape), then
-concatenated per field. For inline rows it base64-decodes `data` (compact) or
+numpy.fromfile(file, dtype, count, offset) reshaped to (rows, *shape), each
+written at its positions, so where a re-emitted segment overlaps an earlier
+one the later rows are the ones read (docs/SPEC.md, section 5a). For inline rows it base64-decodes `data` (compact) or
 loads the .npy. This script runs `pd-stitch simulate`, reads every merged
 response of every form that way, and checks that the arrays equal what
 `pd-stitch gather --npy` writes (and so the colocated truth, which simulate
@@ -23,17 +24,20 @@ import numpy as np
 
 
 def by_handle(response, choice, root):
-    """Rows of routed_experts, concatenated in payload order, as a trainer reads them."""
-    parts = []
-    for seg in response["choices"][choice]["payload"]:
-        if seg.get("field") != "routed_experts":
-            continue
-        shape = tuple(seg["shape"])
+    """Rows of routed_experts as a trainer reads them: each segment written
+    at its positions in payload order, later segments winning."""
+    segs = [s for s in response["choices"][choice]["payload"] if s.get("field") == "routed_experts"]
+    start = min(s["pos"] for s in segs)
+    end = max(s["pos"] + s["rows"] for s in segs)
+    shape = tuple(segs[0]["shape"])
+    widest = max((np.dtype(s["dtype"]) for s in segs), key=lambda d: d.itemsize)
+    out = np.zeros((end - start,) + shape, dtype=widest.newbyteorder("<"))
+    for seg in segs:
         count = seg["rows"] * int(np.prod(shape, dtype=np.int64))
         rows = np.fromfile(os.path.join(root, seg["file"]), dtype=np.dtype(seg["dtype"]).newbyteorder("<"),
                            count=count, offset=seg["offset"])
-        parts.append(rows.reshape((seg["rows"],) + shape))
-    return np.concatenate(parts)
+        out[seg["pos"] - start:seg["pos"] - start + seg["rows"]] = rows.reshape((seg["rows"],) + shape)
+    return out
 
 
 def inline(response, choice):
