@@ -234,8 +234,7 @@ fn naive_csr(fill: Fill, segs: &[Segment<usize>], files: &Files, lo: u64, hi: u6
         let last = segs
             .iter()
             .zip(&tables)
-            .filter(|(s, t)| t.is_some() && s.positions().contains(x))
-            .next_back();
+            .rfind(|(s, t)| t.is_some() && s.positions().contains(x));
         let mut row = vec![fill_bits(fill, out); width as usize];
         if let Some((s, Some(t))) = last {
             let a = (s.pos().max(lo) - s.pos()) as usize;
