@@ -426,10 +426,12 @@ fn strict_coverage<F, E>(segments: &[Segment<F>], lo: u64, hi: u64) -> Result<()
     Ok(())
 }
 
-/// The output under construction: elements as 32-bit words.
-enum Out {
-    Int(Vec<i32>),
-    Float(Vec<f32>),
+/// The output under construction: 32-bit elements (int32 or float32) as
+/// their little-endian bytes, the buffer the caller gets (NumPy views it as
+/// is), so the array is allocated once and written once.
+struct Out {
+    values: Values,
+    bytes: Vec<u8>,
 }
 
 impl Out {
@@ -443,76 +445,101 @@ impl Out {
         if bytes > max_bytes {
             return Err(ReadError::TooLarge { bytes });
         }
-        let n = usize::try_from(len).map_err(|_| ReadError::TooLarge { bytes })?;
-        Ok(match values {
-            Values::Int32 => Out::Int(vec![fill_as_int(fill); n]),
-            Values::Float32 => Out::Float(vec![fill_as_float(fill); n]),
-        })
+        let n = usize::try_from(bytes).map_err(|_| ReadError::TooLarge { bytes })?;
+        let mut out = Out {
+            values,
+            bytes: vec![0; n],
+        };
+        let word = out.fill_word(fill);
+        if word != [0; 4] {
+            fill_words(&mut out.bytes, word);
+        }
+        Ok(out)
+    }
+
+    /// The fill as one element's bytes.
+    fn fill_word(&self, fill: Fill) -> [u8; 4] {
+        match self.values {
+            Values::Int32 => fill_as_int(fill).to_le_bytes(),
+            Values::Float32 => fill_as_float(fill).to_le_bytes(),
+        }
+    }
+
+    /// Element `index`'s bytes, when it is inside.
+    fn word(&mut self, index: usize) -> Option<&mut [u8]> {
+        let at = index.checked_mul(4)?;
+        self.bytes.get_mut(at..at.checked_add(4)?)
     }
 
     fn set(&mut self, index: usize, dtype: Dtype, element: &[u8]) {
-        match self {
-            Out::Int(v) => {
-                if let Some(slot) = v.get_mut(index) {
-                    *slot = to_int32(dtype, element);
-                }
-            }
-            Out::Float(v) => {
-                if let Some(slot) = v.get_mut(index) {
-                    *slot = to_float32(dtype, element);
-                }
-            }
+        let word = match self.values {
+            Values::Int32 => to_int32(dtype, element).to_le_bytes(),
+            Values::Float32 => to_float32(dtype, element).to_le_bytes(),
+        };
+        if let Some(slot) = self.word(index) {
+            slot.copy_from_slice(&word);
         }
     }
 
     /// `set` for elements back to back from `base`: one loop per dtype.
     fn set_run(&mut self, base: usize, dtype: Dtype, bytes: &[u8], itemsize: usize) {
-        let n = bytes.len() / itemsize;
-        match (self, dtype) {
-            (Out::Int(v), Dtype::Uint8) => {
-                if let Some(slots) = v.get_mut(base..base + n) {
-                    for (slot, &b) in slots.iter_mut().zip(bytes) {
-                        *slot = i32::from(b);
-                    }
+        let n = bytes.len() / itemsize.max(1);
+        let Some(slots) = base
+            .checked_mul(4)
+            .and_then(|a| Some(a..a.checked_add(n.checked_mul(4)?)?))
+            .and_then(|range| self.bytes.get_mut(range))
+        else {
+            return;
+        };
+        let slots = slots.chunks_exact_mut(4);
+        match (self.values, dtype) {
+            (Values::Int32, Dtype::Uint8) => {
+                for (slot, &b) in slots.zip(bytes) {
+                    slot.copy_from_slice(&i32::from(b).to_le_bytes());
                 }
             }
-            (Out::Int(v), Dtype::Uint16) => {
-                if let Some(slots) = v.get_mut(base..base + n) {
-                    for (slot, b) in slots.iter_mut().zip(bytes.chunks_exact(2)) {
-                        *slot = i32::from(u16::from_le_bytes([b[0], b[1]]));
-                    }
+            (Values::Int32, Dtype::Uint16) => {
+                for (slot, b) in slots.zip(bytes.chunks_exact(2)) {
+                    slot.copy_from_slice(
+                        &i32::from(u16::from_le_bytes([b[0], b[1]])).to_le_bytes(),
+                    );
                 }
             }
-            (Out::Float(v), Dtype::Float32) => {
-                if let Some(slots) = v.get_mut(base..base + n) {
-                    for (slot, b) in slots.iter_mut().zip(bytes.chunks_exact(4)) {
-                        *slot = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                    }
+            // float32 into float32, and int32 into int32: the bytes as they are.
+            (Values::Float32, Dtype::Float32) | (Values::Int32, Dtype::Int32) => {
+                for (slot, b) in slots.zip(bytes.chunks_exact(4)) {
+                    slot.copy_from_slice(b);
                 }
             }
-            (out, _) => {
-                for (e, element) in bytes.chunks_exact(itemsize).enumerate() {
-                    out.set(base + e, dtype, element);
+            _ => {
+                for (e, element) in bytes.chunks_exact(itemsize.max(1)).enumerate() {
+                    self.set(base + e, dtype, element);
                 }
             }
         }
     }
 
     fn set_fill(&mut self, range: Range<usize>, fill: Fill) {
-        match self {
-            Out::Int(v) => v.get_mut(range).unwrap_or_default().fill(fill_as_int(fill)),
-            Out::Float(v) => v
-                .get_mut(range)
-                .unwrap_or_default()
-                .fill(fill_as_float(fill)),
+        let word = self.fill_word(fill);
+        let bytes = range
+            .start
+            .checked_mul(4)
+            .zip(range.end.checked_mul(4))
+            .and_then(|(a, b)| self.bytes.get_mut(a..b));
+        if let Some(bytes) = bytes {
+            fill_words(bytes, word);
         }
     }
 
     fn into_bytes(self) -> Vec<u8> {
-        match self {
-            Out::Int(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            Out::Float(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        }
+        self.bytes
+    }
+}
+
+/// `bytes` (a whole number of elements) set to `word` each.
+fn fill_words(bytes: &mut [u8], word: [u8; 4]) {
+    for slot in bytes.chunks_exact_mut(4) {
+        slot.copy_from_slice(&word);
     }
 }
 
@@ -588,6 +615,21 @@ fn to_int32(dtype: Dtype, bytes: &[u8]) -> i32 {
 
 /// An element assigned into a float32 array: rounded to nearest.
 fn to_float32(dtype: Dtype, bytes: &[u8]) -> f32 {
+    match (dtype, bytes) {
+        // NumPy copies float32 into float32 bit for bit (a signalling NaN
+        // stays one; through f64 it would be made quiet).
+        (Dtype::Float32, [a, b, c, d, ..]) => return f32::from_le_bytes([*a, *b, *c, *d]),
+        // A half NaN keeps its sign and payload, shifted into the single's
+        // (NumPy's half to float conversion); other halves are exact in f64.
+        (Dtype::Float16, [a, b, ..]) => {
+            let h = u16::from_le_bytes([*a, *b]);
+            if h & 0x7c00 == 0x7c00 && h & 0x03ff != 0 {
+                let sign = u32::from(h & 0x8000) << 16;
+                return f32::from_bits(sign | 0x7f80_0000 | (u32::from(h & 0x03ff) << 13));
+            }
+        }
+        _ => {}
+    }
     match element(dtype, bytes) {
         Element::Int(v) if v < 0 => (v as i64) as f32,
         Element::Int(v) => (v as u64) as f32,

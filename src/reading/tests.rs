@@ -79,6 +79,17 @@ fn naive_element(dtype: Dtype, b: &[u8], out: Values) -> u32 {
             }
         }
         (Values::Float32, Some(v)) => (v as f64 as f32).to_bits(),
+        // float32 into float32: NumPy copies the bits, a signalling NaN's
+        // included.
+        (Values::Float32, None) if dtype == Dtype::Float32 => {
+            u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+        }
+        // A half NaN into float32: its sign, all-ones exponent, and its ten
+        // payload bits at the top of the single's (NumPy's conversion).
+        (Values::Float32, None) if dtype == Dtype::Float16 && float.is_nan() => {
+            let h = u32::from(u16::from_le_bytes([b[0], b[1]]));
+            ((h & 0x8000) << 16) | 0x7f80_0000 | ((h & 0x3ff) << 13)
+        }
         (Values::Float32, None) => (float as f32).to_bits(),
     }
 }
