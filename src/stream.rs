@@ -68,7 +68,6 @@
 //! event (a vLLM token chunk, with its `"routed_experts":null`) is passed on
 //! after memchr-class searches of its bytes, without being parsed.
 
-use memchr::memmem::Finder;
 use serde_json::Value;
 
 use crate::bytes::{self, Doc, ScannedValue};
@@ -121,7 +120,6 @@ pub struct StreamStitcher {
     /// The rows already stitched: which slot, and the event it was on.
     seen: Vec<(Slot, u64)>,
     state: State,
-    finders: Finders,
     /// Scratch for a rows event's data and its merge.
     data: Vec<u8>,
 }
@@ -173,61 +171,52 @@ impl std::fmt::Display for Slot {
     }
 }
 
-/// The prefilter's searchers, built once.
-struct Finders {
-    rows: Finder<'static>,
-    payload: Finder<'static>,
-    escape: Finder<'static>,
+/// The prefilter: where in `bytes` the first needle that may mark rows
+/// starts (`bytes.len()` when none): a `routed_experts` that is not a null
+/// member, a `payload`, or a `\u`.
+///
+/// One `memchr3` scan finds each needle by a byte of its own: the `x` of
+/// `routed_experts`, the `y` of `payload`, the `\` of `\u` (bytes rare in
+/// JSON events: a vLLM token chunk holds two `x`, one of them its
+/// `"routed_experts":null`, and no `y` or `\`); each hit is checked in
+/// place. Three `memmem` searches, the `routed_experts` one restarted at
+/// every token chunk, cost twice the instructions (callgrind,
+/// `examples/stream_count.rs`; docs/PERFORMANCE.md).
+///
+/// The needles are found in the order of those bytes, not of their starts:
+/// the start returned may follow another needle's start, but that needle
+/// then ends after it (its byte comes later), so every event that ends at or
+/// before the returned point holds no needle whole, which is all the callers
+/// rely on; and a needle not whole in `bytes` is not counted (its event
+/// goes on past `bytes`, and is judged whole).
+fn next_suspect(bytes: &[u8]) -> usize {
+    const X: usize = 8;
+    const Y: usize = 2;
+    debug_assert_eq!(ROUTED_EXPERTS.as_bytes()[X], b'x');
+    memchr::memchr3_iter(b'x', b'y', b'\\', bytes)
+        .find_map(|at| match bytes[at] {
+            b'x' => {
+                let start = at.checked_sub(X)?;
+                let rest = bytes[start..].strip_prefix(ROUTED_EXPERTS.as_bytes())?;
+                (!null_member(rest)).then_some(start)
+            }
+            b'y' => {
+                let start = at.checked_sub(Y)?;
+                bytes[start..].starts_with(b"payload").then_some(start)
+            }
+            _ => (bytes.get(at + 1) == Some(&b'u')).then_some(at),
+        })
+        .unwrap_or(bytes.len())
 }
 
-impl Finders {
-    fn new() -> Finders {
-        Finders {
-            rows: Finder::new(ROUTED_EXPERTS.as_bytes()),
-            payload: Finder::new(b"payload"),
-            escape: Finder::new(b"\\u"),
-        }
-    }
-
-    /// Where in `bytes` the first needle that [`Finders::may_carry_rows`]
-    /// would count starts (`bytes.len()` when none): a `payload`, a `\u`,
-    /// or a `routed_experts` that is not a null member. Each later search
-    /// stops at the earliest found so far; a needle that starts before that
-    /// point but ends after it is missed, which is harmless: any event that
-    /// ends at or before the returned point holds no needle whole.
-    fn next_suspect(&self, bytes: &[u8]) -> usize {
-        let first = self.payload.find(bytes).unwrap_or(bytes.len());
-        let first = self.escape.find(&bytes[..first]).unwrap_or(first);
-        let mut at = 0;
-        while let Some(k) = self.rows.find(&bytes[at..first]) {
-            let start = at + k;
-            at = start + ROUTED_EXPERTS.len();
-            if !null_member(&bytes[at..]) {
-                return start;
-            }
-        }
-        first
-    }
-
-    /// Whether `bytes` may be (part of) an event that carries rows: every
-    /// key that marks rows is `routed_experts` or `payload` spelled out, or
-    /// has an escape; and a `routed_experts` that ends a string followed by
-    /// `:` and `null` (spaces and tabs around the colon) is a member whose
-    /// value is null, which is no rows (vLLM writes `"routed_experts":null`
-    /// on every token chunk).
-    fn may_carry_rows(&self, bytes: &[u8]) -> bool {
-        if self.payload.find(bytes).is_some() || self.escape.find(bytes).is_some() {
-            return true;
-        }
-        let mut at = 0;
-        while let Some(k) = self.rows.find(&bytes[at..]) {
-            at += k + ROUTED_EXPERTS.len();
-            if !null_member(&bytes[at..]) {
-                return true;
-            }
-        }
-        false
-    }
+/// Whether `bytes` may be (part of) an event that carries rows: every key
+/// that marks rows is `routed_experts` or `payload` spelled out, or has an
+/// escape; and a `routed_experts` that ends a string followed by `:` and
+/// `null` (spaces and tabs around the colon) is a member whose value is
+/// null, which is no rows (vLLM writes `"routed_experts":null` on every
+/// token chunk).
+fn may_carry_rows(bytes: &[u8]) -> bool {
+    next_suspect(bytes) < bytes.len()
 }
 
 /// Whether `rest`, which follows a `routed_experts`, starts with `"`, `:`
@@ -236,6 +225,9 @@ impl Finders {
 /// and its value is null. Line ends are not skipped: in an event's bytes
 /// they end a line, and what follows is another line's.
 fn null_member(rest: &[u8]) -> bool {
+    if rest.starts_with(b"\":null") || rest.starts_with(b"\": null") {
+        return true;
+    }
     let blank = |b: &u8| *b == b' ' || *b == b'\t';
     let Some(rest) = rest.strip_prefix(b"\"") else {
         return false;
@@ -246,12 +238,6 @@ fn null_member(rest: &[u8]) -> bool {
     };
     let rest = &rest[rest.iter().take_while(|b| blank(b)).count()..];
     rest.starts_with(b"null")
-}
-
-impl std::fmt::Debug for Finders {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Finders")
-    }
 }
 
 impl StreamStitcher {
@@ -276,7 +262,6 @@ impl StreamStitcher {
             events: 0,
             seen: Vec::new(),
             state: State::Open,
-            finders: Finders::new(),
             data: Vec::new(),
         })
     }
@@ -320,7 +305,7 @@ impl StreamStitcher {
     ///   finished.
     pub fn finish(&mut self, out: &mut Vec<u8>) -> Result<(), Error> {
         self.check_open()?;
-        if self.finders.may_carry_rows(&self.pending) {
+        if may_carry_rows(&self.pending) {
             let err = Error::StreamUnfinished {
                 offset: self.offset,
                 len: self.pending.len() as u64,
@@ -395,7 +380,7 @@ impl StreamStitcher {
         // rows starts: every event that ends at or before it holds none, and
         // is passed on without a search of its own (one search per needle
         // over the chunk, not one per event).
-        let mut suspect = self.finders.next_suspect(input);
+        let mut suspect = next_suspect(input);
         loop {
             if self.after_blank_cr {
                 match input.first() {
@@ -414,22 +399,42 @@ impl StreamStitcher {
                 return Ok(());
             }
             if self.pending.is_empty() {
-                // An event starting in `input`: when it also ends there, it
-                // is read (and, without rows, copied) where it is.
+                // Events that start and end in `input` before `suspect` hold
+                // no needle whole: they are passed on as one run, copied
+                // once. A needle that starts inside an event lies in it
+                // whole (no needle holds a line-end byte, and the event ends
+                // with one), so the event that holds `suspect` is the first
+                // to end after it, and is judged without a search of its
+                // own.
+                let mut run = 0;
                 let mut scan = Scan::START;
-                match find_end(input, &mut scan) {
+                let end = loop {
+                    match find_end(&input[run..], &mut scan) {
+                        Some(end) if run + end <= suspect => {
+                            run += end;
+                            self.events += 1;
+                            if input[run - 1] == b'\r' {
+                                // The `\n` of a blank line's `\r\n` goes
+                                // with its event.
+                                match input.get(run) {
+                                    Some(b'\n') => run += 1,
+                                    None => self.after_blank_cr = true,
+                                    Some(_) => {}
+                                }
+                            }
+                            scan = Scan::START;
+                        }
+                        end => break end,
+                    }
+                };
+                out.extend_from_slice(&input[..run]);
+                self.offset += run as u64;
+                input = &input[run..];
+                match end {
                     Some(end) => {
-                        // A needle that starts inside the event lies in it
-                        // whole (no needle holds a line-end byte, and the
-                        // event ends with one), so the event passes the
-                        // prefilter without a search of its own either way.
-                        self.event(&input[..end], Some(end > suspect), out)?;
+                        self.event(&input[..end], Some(true), out)?;
                         input = &input[end..];
-                        suspect = if end <= suspect {
-                            suspect - end
-                        } else {
-                            self.finders.next_suspect(input)
-                        };
+                        suspect = next_suspect(input);
                     }
                     None => {
                         self.pending.extend_from_slice(input);
@@ -449,7 +454,7 @@ impl StreamStitcher {
                         self.pending.clear();
                         self.scan = Scan::START;
                         result?;
-                        suspect = self.finders.next_suspect(input);
+                        suspect = next_suspect(input);
                     }
                     None => {
                         self.pending.extend_from_slice(input);
@@ -472,7 +477,7 @@ impl StreamStitcher {
     ) -> Result<(), Error> {
         let number = self.events;
         let offset = self.offset;
-        let suspect = suspect.unwrap_or_else(|| self.finders.may_carry_rows(event));
+        let suspect = suspect.unwrap_or_else(|| may_carry_rows(event));
         if suspect {
             self.stitch_event(event, number, offset, out)?;
         } else {
@@ -864,13 +869,12 @@ mod tests {
 
     #[test]
     fn only_null_routed_experts_members_are_passed_unparsed() {
-        let f = Finders::new();
         for none in [
             &b"data: {\"routed_experts\":null}"[..],
             b"data: {\"routed_experts\" \t:  null, \"routed_experts\":null}",
             b"data: [DONE]",
         ] {
-            assert!(!f.may_carry_rows(none), "{}", String::from_utf8_lossy(none));
+            assert!(!may_carry_rows(none), "{}", String::from_utf8_lossy(none));
         }
         for some in [
             &b"data: {\"routed_experts\":\"AAAA\"}"[..],
@@ -881,7 +885,46 @@ mod tests {
             b"data: {\"payload\": []}",
             b"data: {\"\\u0070ayload\": []}",
         ] {
-            assert!(f.may_carry_rows(some), "{}", String::from_utf8_lossy(some));
+            assert!(may_carry_rows(some), "{}", String::from_utf8_lossy(some));
+        }
+    }
+
+    /// The needles of `bytes` as the prefilter defines them, found the
+    /// plain way (every start tried): (start, end) of each `payload`, `\u`
+    /// and `routed_experts` that is not a null member.
+    fn needles(bytes: &[u8]) -> Vec<(usize, usize)> {
+        let mut found = Vec::new();
+        for start in 0..bytes.len() {
+            let rest = &bytes[start..];
+            for needle in [&b"payload"[..], b"\\u", ROUTED_EXPERTS.as_bytes()] {
+                if let Some(after) = rest.strip_prefix(needle) {
+                    if needle != ROUTED_EXPERTS.as_bytes() || !null_member(after) {
+                        found.push((start, start + needle.len()));
+                    }
+                }
+            }
+        }
+        found
+    }
+
+    proptest::proptest! {
+        /// `next_suspect` (one memchr3 scan, needles found by a byte of
+        /// their own) returns a needle's start, or the length when there is
+        /// none, and no needle ends at or before it; `may_carry_rows` is
+        /// whether there is a needle.
+        #[test]
+        fn the_prefilter_finds_what_a_plain_search_finds(
+            pieces in proptest::collection::vec(proptest::sample::select(vec![
+                "routed_experts", "routed_e", "xperts", "\"", ":", " ", "\t", "null", "nul",
+                "payload", "pay", "load", "\\u", "\\", "u", "x", "y", "\n", "a",
+            ]), 0..24)
+        ) {
+            let bytes = pieces.concat().into_bytes();
+            let found = needles(&bytes);
+            let s = next_suspect(&bytes);
+            proptest::prop_assert_eq!(may_carry_rows(&bytes), !found.is_empty());
+            proptest::prop_assert!(found.iter().all(|&(_, end)| end > s));
+            proptest::prop_assert!(s == bytes.len() || found.iter().any(|&(start, _)| start == s));
         }
     }
 
