@@ -122,6 +122,9 @@ pub struct StreamStitcher {
     state: State,
     /// Scratch for a rows event's data and its merge.
     data: Vec<u8>,
+    /// Whether the prefill holds a line-end byte (a merge's new text taken
+    /// from it is then checked for line breaks).
+    prefill_breaks: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,12 +142,16 @@ struct Scan {
     /// The last byte was a `\r` ending a (non-empty) line: a `\n` next
     /// belongs to it.
     after_cr: bool,
+    /// How many lines of the event have ended (its blank line included,
+    /// once found): 2 is one line and the blank line.
+    lines: usize,
 }
 
 impl Scan {
     const START: Scan = Scan {
         line_start: true,
         after_cr: false,
+        lines: 0,
     };
 }
 
@@ -251,6 +258,7 @@ impl StreamStitcher {
     pub fn new(stitcher: Stitcher, prefill: impl Into<Vec<u8>>) -> Result<StreamStitcher, Error> {
         let prefill = prefill.into();
         bytes::scan(Side::Prefill, &prefill)?;
+        let prefill_breaks = memchr::memchr2(b'\n', b'\r', &prefill).is_some();
         Ok(StreamStitcher {
             stitcher,
             prefill,
@@ -263,6 +271,7 @@ impl StreamStitcher {
             seen: Vec::new(),
             state: State::Open,
             data: Vec::new(),
+            prefill_breaks,
         })
     }
 
@@ -432,7 +441,7 @@ impl StreamStitcher {
                 input = &input[run..];
                 match end {
                     Some(end) => {
-                        self.event(&input[..end], Some(true), out)?;
+                        self.event(&input[..end], scan.lines, Some(true), out)?;
                         input = &input[end..];
                         suspect = next_suspect(input);
                     }
@@ -449,7 +458,7 @@ impl StreamStitcher {
                         self.pending.extend_from_slice(&input[..end]);
                         input = &input[end..];
                         let event = std::mem::take(&mut self.pending);
-                        let result = self.event(&event, None, out);
+                        let result = self.event(&event, scan.lines, None, out);
                         self.pending = event;
                         self.pending.clear();
                         self.scan = Scan::START;
@@ -466,12 +475,14 @@ impl StreamStitcher {
         }
     }
 
-    /// One complete event (its blank line's first line-end byte included):
-    /// appended as it is, or stitched. `suspect` is the prefilter's answer,
-    /// when it is known already.
+    /// One complete event (its blank line's first line-end byte included),
+    /// of `lines` lines (its blank line included): appended as it is, or
+    /// stitched. `suspect` is the prefilter's answer, when it is known
+    /// already.
     fn event(
         &mut self,
         event: &[u8],
+        lines: usize,
         suspect: Option<bool>,
         out: &mut Vec<u8>,
     ) -> Result<(), Error> {
@@ -479,7 +490,7 @@ impl StreamStitcher {
         let offset = self.offset;
         let suspect = suspect.unwrap_or_else(|| may_carry_rows(event));
         if suspect {
-            self.stitch_event(event, number, offset, out)?;
+            self.stitch_event(event, lines, number, offset, out)?;
         } else {
             out.extend_from_slice(event);
         }
@@ -493,12 +504,13 @@ impl StreamStitcher {
     fn stitch_event(
         &mut self,
         event: &[u8],
+        lines: usize,
         number: u64,
         offset: u64,
         out: &mut Vec<u8>,
     ) -> Result<(), Error> {
         let mut data = std::mem::take(&mut self.data);
-        let result = self.stitch_with(event, number, offset, &mut data, out);
+        let result = self.stitch_with(event, lines, number, offset, &mut data, out);
         data.clear();
         self.data = data;
         result
@@ -507,15 +519,27 @@ impl StreamStitcher {
     fn stitch_with(
         &mut self,
         event: &[u8],
+        lines: usize,
         number: u64,
         offset: u64,
         data: &mut Vec<u8>,
         out: &mut Vec<u8>,
     ) -> Result<(), Error> {
         data.clear();
-        // One data line (the usual event): its value is the data, read where
-        // it is; otherwise the lines' values joined.
-        let Some(joined) = event_data(event, data) else {
+        // One line and the blank line (the usual event): that line, and its
+        // line end, known without a scan of the event (the framing's scan
+        // found no other line end in it).
+        let single = if lines == 2 { one_line(event) } else { None };
+        // One data line: its value is the data, read where it is; otherwise
+        // the lines' values joined.
+        let joined = match single {
+            Some((line, _)) => match field(line) {
+                Some((b"data", value)) => Some(Some(value)),
+                _ => None,
+            },
+            None => event_data(event, data),
+        };
+        let Some(joined) = joined else {
             out.extend_from_slice(event);
             return Ok(());
         };
@@ -523,18 +547,24 @@ impl StreamStitcher {
             Some(value) => value,
             None => data,
         };
-        // The scanner accepts UTF-8 only; other bytes are read as the
-        // standard's decoder reads them, replaced.
+        // The scanner accepts UTF-8 only (it checks every non-ASCII byte);
+        // other bytes are read as the standard's decoder reads them,
+        // replaced.
         let lossy;
-        let text = if std::str::from_utf8(joined).is_ok() {
-            joined
-        } else {
-            lossy = String::from_utf8_lossy(joined).into_owned();
-            lossy.as_bytes()
-        };
-        let Ok(doc) = Doc::scan(text) else {
-            out.extend_from_slice(event);
-            return Ok(());
+        let doc = match Doc::scan(joined) {
+            Ok(doc) => doc,
+            Err(_) if std::str::from_utf8(joined).is_ok() => {
+                out.extend_from_slice(event);
+                return Ok(());
+            }
+            Err(_) => {
+                lossy = String::from_utf8_lossy(joined).into_owned();
+                let Ok(doc) = Doc::scan(lossy.as_bytes()) else {
+                    out.extend_from_slice(event);
+                    return Ok(());
+                };
+                doc
+            }
         };
         let fields: Vec<&str> = self.stitcher.fields().collect();
         let slots = rows_slots(&fields, &doc);
@@ -552,14 +582,39 @@ impl StreamStitcher {
                 });
             }
         }
+        // Text known to hold no line break: the prefill's, when it has none.
+        let clean: &[u8] = if self.prefill_breaks {
+            &[]
+        } else {
+            &self.prefill
+        };
         let merged = bytes::merge_doc_with(
             self.stitcher.spec(Stitch::ForPd),
             &self.prefill,
             &doc,
-            |stitched| {
-                let mut merged = vec![0; stitched.len()];
-                stitched.write_into(&mut merged);
-                merged
+            |stitched| match single {
+                // One data line, and a merged text without a line break
+                // (the decode's line has none; the merge's new text is
+                // checked): written straight into `out`, as `reframe`
+                // would write it.
+                Some((line, end)) if !stitched.has_line_break(clean) => {
+                    let prefix = data_prefix(line);
+                    out.reserve(prefix.len() + 1 + stitched.len() + end.len() + 1);
+                    out.extend_from_slice(prefix);
+                    let at = out.len();
+                    stitched.extend_into(out);
+                    if !prefix.ends_with(b" ") && out.get(at) == Some(&b' ') {
+                        out.insert(at, b' ');
+                    }
+                    out.extend_from_slice(end);
+                    out.extend_from_slice(&event[event.len() - 1..]);
+                    None
+                }
+                _ => {
+                    let mut merged = Vec::with_capacity(stitched.len());
+                    stitched.extend_into(&mut merged);
+                    Some(merged)
+                }
             },
         )
         .map_err(|error| Error::StreamEvent {
@@ -573,11 +628,27 @@ impl StreamStitcher {
                 offset,
             });
         };
-        reframe(event, &merged, out);
+        if let Some(merged) = merged {
+            reframe(event, &merged, out);
+        }
         self.seen
             .extend(slots.into_iter().map(|slot| (slot, number)));
         Ok(())
     }
+}
+
+/// The line of an event that is one line and the blank line, and that
+/// line's line end (`\n`, `\r\n` or `\r`); the event's last byte is the
+/// blank line's.
+fn one_line(event: &[u8]) -> Option<(&[u8], &[u8])> {
+    let body = event.get(..event.len().checked_sub(1)?)?;
+    let end = match body {
+        [.., b'\r', b'\n'] => 2,
+        [.., b'\n'] | [.., b'\r'] => 1,
+        _ => return None,
+    };
+    let split = body.len() - end;
+    Some((&body[..split], &body[split..]))
 }
 
 /// Scans `bytes` from where `scan` stands for the blank line that ends the
@@ -608,6 +679,7 @@ fn find_end(bytes: &[u8], scan: &mut Scan) -> Option<usize> {
             Some(k) => {
                 let empty = scan.line_start && k == 0;
                 let end = at + k + 1;
+                scan.lines += 1;
                 if empty {
                     return Some(end);
                 }
