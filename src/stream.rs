@@ -200,20 +200,21 @@ fn next_suspect(bytes: &[u8]) -> usize {
     const X: usize = 8;
     const Y: usize = 2;
     debug_assert_eq!(ROUTED_EXPERTS.as_bytes()[X], b'x');
-    memchr::memchr3_iter(b'x', b'y', b'\\', bytes)
-        .find_map(|at| match bytes[at] {
-            b'x' => {
+    let first = memchr::memchr2_iter(b'x', b'y', bytes)
+        .find_map(|at| {
+            if bytes[at] == b'x' {
                 let start = at.checked_sub(X)?;
                 let rest = bytes[start..].strip_prefix(ROUTED_EXPERTS.as_bytes())?;
                 (!null_member(rest)).then_some(start)
-            }
-            b'y' => {
+            } else {
                 let start = at.checked_sub(Y)?;
                 bytes[start..].starts_with(b"payload").then_some(start)
             }
-            _ => (bytes.get(at + 1) == Some(&b'u')).then_some(at),
         })
-        .unwrap_or(bytes.len())
+        .unwrap_or(bytes.len());
+    memchr::memchr_iter(b'\\', &bytes[..first])
+        .find(|&at| bytes.get(at + 1) == Some(&b'u'))
+        .unwrap_or(first)
 }
 
 /// Whether `bytes` may be (part of) an event that carries rows: every key
