@@ -15,6 +15,11 @@
 //!   `out`, for a token event and for the inline rows event (its first
 //!   bytes fed in 16 KiB chunks), beside the cost of reading the clock.
 //!
+//! Every run is timed alone, its stitcher and clones made before the clock
+//! starts (`iter_custom`): a batch of stitchers made ahead, each with its
+//! copy of the 0.5 MB prefill, would push the stream out of the caches
+//! before it is read.
+//!
 //! Then (with `--bench` only, not under `cargo test --benches`) a summary:
 //! the same workloads interleaved, round by round, medians of the ratios,
 //! which a loaded machine disturbs less than figures from separate runs.
@@ -24,7 +29,7 @@
 mod common;
 
 use common::stream;
-use criterion::{criterion_group, BatchSize, Criterion, Throughput};
+use criterion::{criterion_group, Criterion, Throughput};
 use pd_stitch::stream::StreamStitcher;
 use pd_stitch::{Stitch, Stitcher};
 use std::hint::black_box;
@@ -91,17 +96,20 @@ fn bench(c: &mut Criterion) {
     group.throughput(Throughput::BytesDecimal(i.tokens.len() as u64));
     let mut out = Vec::with_capacity(i.tokens.len());
     group.bench_function("tokens_without_rows_16KiB_chunks", |b| {
-        b.iter_batched(
-            || stitcher(&i.prefill),
-            |mut s| {
-                out.clear();
-                feed(&mut s, &i.tokens, CHUNK, &mut out);
-                s.finish(&mut out).unwrap();
-                assert_eq!(out.len(), i.tokens.len());
-                s
-            },
-            BatchSize::LargeInput,
-        )
+        b.iter_custom(|iters| {
+            (0..iters)
+                .map(|_| {
+                    let mut s = stitcher(&i.prefill);
+                    out.clear();
+                    let clock = Instant::now();
+                    feed(&mut s, &i.tokens, CHUNK, &mut out);
+                    s.finish(&mut out).unwrap();
+                    let spent = clock.elapsed();
+                    assert_eq!(out.len(), i.tokens.len());
+                    spent
+                })
+                .sum()
+        })
     });
     group.bench_function("copy_of_the_same_bytes_16KiB_chunks", |b| {
         b.iter(|| {
@@ -127,27 +135,35 @@ fn bench(c: &mut Criterion) {
         group.throughput(Throughput::BytesDecimal(event.len() as u64));
         let mut out = Vec::with_capacity(2 * event.len());
         group.bench_function(format!("rows_event_{name}"), |b| {
-            b.iter_batched(
-                || stitcher(prefill),
-                |mut s| {
-                    out.clear();
-                    s.feed(event, &mut out).unwrap();
-                    s
-                },
-                BatchSize::SmallInput,
-            )
+            b.iter_custom(|iters| {
+                (0..iters)
+                    .map(|_| {
+                        let mut s = stitcher(prefill);
+                        out.clear();
+                        let clock = Instant::now();
+                        s.feed(event, &mut out).unwrap();
+                        let spent = clock.elapsed();
+                        black_box(&out);
+                        spent
+                    })
+                    .sum()
+            })
         });
         group.bench_function(format!("bytes_merge_of_its_data_{name}"), |b| {
-            b.iter_batched(
-                || data.clone(),
-                |mut decode| {
-                    Stitcher::new()
-                        .merge_bytes(prefill, &mut decode, Stitch::ForPd)
-                        .unwrap();
-                    decode
-                },
-                BatchSize::SmallInput,
-            )
+            b.iter_custom(|iters| {
+                (0..iters)
+                    .map(|_| {
+                        let mut decode = data.clone();
+                        let clock = Instant::now();
+                        Stitcher::new()
+                            .merge_bytes(prefill, &mut decode, Stitch::ForPd)
+                            .unwrap();
+                        let spent = clock.elapsed();
+                        black_box(&decode);
+                        spent
+                    })
+                    .sum()
+            })
         });
     }
 
