@@ -182,13 +182,14 @@ impl std::fmt::Display for Slot {
 /// starts (`bytes.len()` when none): a `routed_experts` that is not a null
 /// member, a `payload`, or a `\u`.
 ///
-/// One `memchr3` scan finds each needle by a byte of its own: the `x` of
-/// `routed_experts`, the `y` of `payload`, the `\` of `\u` (bytes rare in
-/// JSON events: a vLLM token chunk holds two `x`, one of them its
-/// `"routed_experts":null`, and no `y` or `\`); each hit is checked in
-/// place. Three `memmem` searches, the `routed_experts` one restarted at
-/// every token chunk, cost twice the instructions (callgrind,
-/// `examples/stream_count.rs`; docs/PERFORMANCE.md).
+/// Each needle is found by a byte of its own, rare in JSON events: one
+/// `memchr2` scan for the `x` of `routed_experts` and the `y` of `payload`
+/// (a vLLM token chunk holds two `x`, one of them its
+/// `"routed_experts":null`, and no `y`), each hit checked in place, then a
+/// `memchr` scan for the `\` of `\u` up to the first of those found. Three
+/// `memmem` searches, the `routed_experts` one restarted at every token
+/// chunk, cost more instructions (callgrind, `examples/stream_count.rs`;
+/// docs/PERFORMANCE.md).
 ///
 /// The needles are found in the order of those bytes, not of their starts:
 /// the start returned may follow another needle's start, but that needle
@@ -670,7 +671,13 @@ fn find_end(bytes: &[u8], scan: &mut Scan) -> Option<usize> {
             scan.after_cr = false;
             scan.line_start = true;
         }
-        match memchr::memchr2(b'\n', b'\r', &bytes[at..]) {
+        // A line end right at a line's start (the blank line after a
+        // line, as every event has) is read without a search.
+        let next = match bytes.get(at) {
+            Some(b'\n' | b'\r') if scan.line_start => Some(0),
+            _ => memchr::memchr2(b'\n', b'\r', &bytes[at..]),
+        };
+        match next {
             None => {
                 if at < bytes.len() {
                     scan.line_start = false;
