@@ -107,6 +107,49 @@ impl<'p> Edit<'p> {
         self.parts.push(Part::Own(at..self.own.len()));
     }
 
+    /// Whether the replacement holds a `\n` or `\r`: searched in the
+    /// copied parts, except those that lie within `clean`; the base64 the
+    /// decoded parts render holds none.
+    pub(crate) fn has_line_break(&self, clean: &[u8]) -> bool {
+        let breaks = |bytes: &[u8]| memchr::memchr2(b'\n', b'\r', bytes).is_some();
+        let within = |bytes: &[u8]| {
+            let range = clean.as_ptr_range();
+            let inner = bytes.as_ptr_range();
+            range.start <= inner.start && inner.end <= range.end
+        };
+        self.parts.iter().any(|part| match part {
+            Part::Own(range) => breaks(self.own.get(range.clone()).unwrap_or_default()),
+            Part::Slice(bytes) => !within(bytes) && breaks(bytes),
+            Part::Decoded(_) | Part::Rewritten { .. } => false,
+        })
+    }
+
+    /// Appends the replacement to `out`; `buf` is the buffer as it was
+    /// before any edit.
+    fn extend_into(&self, out: &mut Vec<u8>, buf: &[u8]) {
+        for part in &self.parts {
+            match part {
+                Part::Own(range) => {
+                    out.extend_from_slice(self.own.get(range.clone()).unwrap_or_default())
+                }
+                Part::Slice(bytes) => out.extend_from_slice(bytes),
+                Part::Decoded(_) | Part::Rewritten { .. } => {
+                    let at = out.len();
+                    out.resize(at + part.len(), 0);
+                    if let Some(dst) = out.get_mut(at..) {
+                        match part {
+                            Part::Decoded(run) => run.write(dst),
+                            Part::Rewritten { text, run } => {
+                                run.on(buf.get(text.clone()).unwrap_or_default()).write(dst)
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// The length of what replaces the range.
     pub(crate) fn len(&self) -> usize {
         self.parts.iter().map(Part::len).sum()
@@ -239,6 +282,19 @@ pub(crate) fn write_into(buf: &[u8], edits: &[Edit<'_>], out: &mut [u8]) {
     copy(buf.get(from..).unwrap_or_default(), out, &mut at);
 }
 
+/// Appends `buf` with `edits` made to `out` (reserved once, to fit),
+/// front to back: what [`write_into`] writes, without a zeroed buffer.
+pub(crate) fn extend_into(buf: &[u8], edits: &[Edit<'_>], out: &mut Vec<u8>) {
+    out.reserve(new_len(buf.len(), edits));
+    let mut from = 0;
+    for edit in edits {
+        out.extend_from_slice(buf.get(from..edit.range.start).unwrap_or_default());
+        edit.extend_into(out, buf);
+        from = edit.range.end;
+    }
+    out.extend_from_slice(buf.get(from..).unwrap_or_default());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -313,8 +369,37 @@ mod tests {
             // And into a buffer of the caller's, the input untouched.
             let mut out = vec![0xee; new_len(buf.len(), &edits)];
             write_into(&buf, &edits, &mut out);
-            prop_assert_eq!(out, expected);
+            prop_assert_eq!(&out, &expected);
+            // And appended to a buffer that holds bytes already.
+            let mut appended = b"head".to_vec();
+            extend_into(&buf, &edits, &mut appended);
+            prop_assert_eq!(&appended[..4], b"head");
+            prop_assert_eq!(&appended[4..], &expected[..]);
         }
+
+        /// `has_line_break` is whether an edit's new text, as written,
+        /// holds a `\n` or `\r`; text within `clean` is not searched.
+        #[test]
+        fn a_line_break_is_found_in_the_new_text((buf, edits) in buf_and_edits()) {
+            for edit in &edits {
+                let mut text = vec![0; edit.len()];
+                edit.write(&mut text, &buf);
+                let breaks = text.iter().any(|b| *b == b'\n' || *b == b'\r');
+                prop_assert_eq!(edit.has_line_break(&[]), breaks);
+            }
+        }
+    }
+
+    #[test]
+    fn text_within_the_clean_text_is_not_searched() {
+        let clean = b"a\nb".to_vec();
+        let mut edit = Edit::empty(0..1);
+        edit.push_slice(&clean[1..]);
+        assert!(edit.has_line_break(&[]));
+        assert!(!edit.has_line_break(&clean));
+        // A copy of the same bytes is searched.
+        edit.push_own(b"\r");
+        assert!(edit.has_line_break(&clean));
     }
 
     #[test]

@@ -68,7 +68,6 @@
 //! event (a vLLM token chunk, with its `"routed_experts":null`) is passed on
 //! after memchr-class searches of its bytes, without being parsed.
 
-use memchr::memmem::Finder;
 use serde_json::Value;
 
 use crate::bytes::{self, Doc, ScannedValue};
@@ -121,9 +120,11 @@ pub struct StreamStitcher {
     /// The rows already stitched: which slot, and the event it was on.
     seen: Vec<(Slot, u64)>,
     state: State,
-    finders: Finders,
     /// Scratch for a rows event's data and its merge.
     data: Vec<u8>,
+    /// Whether the prefill holds a line-end byte (a merge's new text taken
+    /// from it is then checked for line breaks).
+    prefill_breaks: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,12 +142,16 @@ struct Scan {
     /// The last byte was a `\r` ending a (non-empty) line: a `\n` next
     /// belongs to it.
     after_cr: bool,
+    /// How many lines of the event have ended (its blank line included,
+    /// once found): 2 is one line and the blank line.
+    lines: usize,
 }
 
 impl Scan {
     const START: Scan = Scan {
         line_start: true,
         after_cr: false,
+        lines: 0,
     };
 }
 
@@ -173,61 +178,54 @@ impl std::fmt::Display for Slot {
     }
 }
 
-/// The prefilter's searchers, built once.
-struct Finders {
-    rows: Finder<'static>,
-    payload: Finder<'static>,
-    escape: Finder<'static>,
+/// The prefilter: where in `bytes` the first needle that may mark rows
+/// starts (`bytes.len()` when none): a `routed_experts` that is not a null
+/// member, a `payload`, or a `\u`.
+///
+/// Each needle is found by a byte of its own, rare in JSON events: one
+/// `memchr2` scan for the `x` of `routed_experts` and the `y` of `payload`
+/// (a vLLM token chunk holds two `x`, one of them its
+/// `"routed_experts":null`, and no `y`), each hit checked in place, then a
+/// `memchr` scan for the `\` of `\u` up to the first of those found. Three
+/// `memmem` searches, the `routed_experts` one restarted at every token
+/// chunk, cost more instructions (callgrind, `examples/stream_count.rs`;
+/// docs/PERFORMANCE.md).
+///
+/// The needles are found in the order of those bytes, not of their starts:
+/// the start returned may follow another needle's start, but that needle
+/// then ends after it (its byte comes later), so every event that ends at or
+/// before the returned point holds no needle whole, which is all the callers
+/// rely on; and a needle not whole in `bytes` is not counted (its event
+/// goes on past `bytes`, and is judged whole).
+fn next_suspect(bytes: &[u8]) -> usize {
+    const X: usize = 8;
+    const Y: usize = 2;
+    debug_assert_eq!(ROUTED_EXPERTS.as_bytes()[X], b'x');
+    let first = memchr::memchr2_iter(b'x', b'y', bytes)
+        .find_map(|at| {
+            if bytes[at] == b'x' {
+                let start = at.checked_sub(X)?;
+                let rest = bytes[start..].strip_prefix(ROUTED_EXPERTS.as_bytes())?;
+                (!null_member(rest)).then_some(start)
+            } else {
+                let start = at.checked_sub(Y)?;
+                bytes[start..].starts_with(b"payload").then_some(start)
+            }
+        })
+        .unwrap_or(bytes.len());
+    memchr::memchr_iter(b'\\', &bytes[..first])
+        .find(|&at| bytes.get(at + 1) == Some(&b'u'))
+        .unwrap_or(first)
 }
 
-impl Finders {
-    fn new() -> Finders {
-        Finders {
-            rows: Finder::new(ROUTED_EXPERTS.as_bytes()),
-            payload: Finder::new(b"payload"),
-            escape: Finder::new(b"\\u"),
-        }
-    }
-
-    /// Where in `bytes` the first needle that [`Finders::may_carry_rows`]
-    /// would count starts (`bytes.len()` when none): a `payload`, a `\u`,
-    /// or a `routed_experts` that is not a null member. Each later search
-    /// stops at the earliest found so far; a needle that starts before that
-    /// point but ends after it is missed, which is harmless: any event that
-    /// ends at or before the returned point holds no needle whole.
-    fn next_suspect(&self, bytes: &[u8]) -> usize {
-        let first = self.payload.find(bytes).unwrap_or(bytes.len());
-        let first = self.escape.find(&bytes[..first]).unwrap_or(first);
-        let mut at = 0;
-        while let Some(k) = self.rows.find(&bytes[at..first]) {
-            let start = at + k;
-            at = start + ROUTED_EXPERTS.len();
-            if !null_member(&bytes[at..]) {
-                return start;
-            }
-        }
-        first
-    }
-
-    /// Whether `bytes` may be (part of) an event that carries rows: every
-    /// key that marks rows is `routed_experts` or `payload` spelled out, or
-    /// has an escape; and a `routed_experts` that ends a string followed by
-    /// `:` and `null` (spaces and tabs around the colon) is a member whose
-    /// value is null, which is no rows (vLLM writes `"routed_experts":null`
-    /// on every token chunk).
-    fn may_carry_rows(&self, bytes: &[u8]) -> bool {
-        if self.payload.find(bytes).is_some() || self.escape.find(bytes).is_some() {
-            return true;
-        }
-        let mut at = 0;
-        while let Some(k) = self.rows.find(&bytes[at..]) {
-            at += k + ROUTED_EXPERTS.len();
-            if !null_member(&bytes[at..]) {
-                return true;
-            }
-        }
-        false
-    }
+/// Whether `bytes` may be (part of) an event that carries rows: every key
+/// that marks rows is `routed_experts` or `payload` spelled out, or has an
+/// escape; and a `routed_experts` that ends a string followed by `:` and
+/// `null` (spaces and tabs around the colon) is a member whose value is
+/// null, which is no rows (vLLM writes `"routed_experts":null` on every
+/// token chunk).
+fn may_carry_rows(bytes: &[u8]) -> bool {
+    next_suspect(bytes) < bytes.len()
 }
 
 /// Whether `rest`, which follows a `routed_experts`, starts with `"`, `:`
@@ -236,6 +234,9 @@ impl Finders {
 /// and its value is null. Line ends are not skipped: in an event's bytes
 /// they end a line, and what follows is another line's.
 fn null_member(rest: &[u8]) -> bool {
+    if rest.starts_with(b"\":null") || rest.starts_with(b"\": null") {
+        return true;
+    }
     let blank = |b: &u8| *b == b' ' || *b == b'\t';
     let Some(rest) = rest.strip_prefix(b"\"") else {
         return false;
@@ -246,12 +247,6 @@ fn null_member(rest: &[u8]) -> bool {
     };
     let rest = &rest[rest.iter().take_while(|b| blank(b)).count()..];
     rest.starts_with(b"null")
-}
-
-impl std::fmt::Debug for Finders {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Finders")
-    }
 }
 
 impl StreamStitcher {
@@ -265,6 +260,7 @@ impl StreamStitcher {
     pub fn new(stitcher: Stitcher, prefill: impl Into<Vec<u8>>) -> Result<StreamStitcher, Error> {
         let prefill = prefill.into();
         bytes::scan(Side::Prefill, &prefill)?;
+        let prefill_breaks = memchr::memchr2(b'\n', b'\r', &prefill).is_some();
         Ok(StreamStitcher {
             stitcher,
             prefill,
@@ -276,8 +272,8 @@ impl StreamStitcher {
             events: 0,
             seen: Vec::new(),
             state: State::Open,
-            finders: Finders::new(),
             data: Vec::new(),
+            prefill_breaks,
         })
     }
 
@@ -320,7 +316,7 @@ impl StreamStitcher {
     ///   finished.
     pub fn finish(&mut self, out: &mut Vec<u8>) -> Result<(), Error> {
         self.check_open()?;
-        if self.finders.may_carry_rows(&self.pending) {
+        if may_carry_rows(&self.pending) {
             let err = Error::StreamUnfinished {
                 offset: self.offset,
                 len: self.pending.len() as u64,
@@ -395,7 +391,7 @@ impl StreamStitcher {
         // rows starts: every event that ends at or before it holds none, and
         // is passed on without a search of its own (one search per needle
         // over the chunk, not one per event).
-        let mut suspect = self.finders.next_suspect(input);
+        let mut suspect = next_suspect(input);
         loop {
             if self.after_blank_cr {
                 match input.first() {
@@ -414,22 +410,42 @@ impl StreamStitcher {
                 return Ok(());
             }
             if self.pending.is_empty() {
-                // An event starting in `input`: when it also ends there, it
-                // is read (and, without rows, copied) where it is.
+                // Events that start and end in `input` before `suspect` hold
+                // no needle whole: they are passed on as one run, copied
+                // once. A needle that starts inside an event lies in it
+                // whole (no needle holds a line-end byte, and the event ends
+                // with one), so the event that holds `suspect` is the first
+                // to end after it, and is judged without a search of its
+                // own.
+                let mut run = 0;
                 let mut scan = Scan::START;
-                match find_end(input, &mut scan) {
+                let end = loop {
+                    match find_end(&input[run..], &mut scan) {
+                        Some(end) if run + end <= suspect => {
+                            run += end;
+                            self.events += 1;
+                            if input[run - 1] == b'\r' {
+                                // The `\n` of a blank line's `\r\n` goes
+                                // with its event.
+                                match input.get(run) {
+                                    Some(b'\n') => run += 1,
+                                    None => self.after_blank_cr = true,
+                                    Some(_) => {}
+                                }
+                            }
+                            scan = Scan::START;
+                        }
+                        end => break end,
+                    }
+                };
+                out.extend_from_slice(&input[..run]);
+                self.offset += run as u64;
+                input = &input[run..];
+                match end {
                     Some(end) => {
-                        // A needle that starts inside the event lies in it
-                        // whole (no needle holds a line-end byte, and the
-                        // event ends with one), so the event passes the
-                        // prefilter without a search of its own either way.
-                        self.event(&input[..end], Some(end > suspect), out)?;
+                        self.event(&input[..end], scan.lines, Some(true), out)?;
                         input = &input[end..];
-                        suspect = if end <= suspect {
-                            suspect - end
-                        } else {
-                            self.finders.next_suspect(input)
-                        };
+                        suspect = next_suspect(input);
                     }
                     None => {
                         self.pending.extend_from_slice(input);
@@ -444,12 +460,12 @@ impl StreamStitcher {
                         self.pending.extend_from_slice(&input[..end]);
                         input = &input[end..];
                         let event = std::mem::take(&mut self.pending);
-                        let result = self.event(&event, None, out);
+                        let result = self.event(&event, scan.lines, None, out);
                         self.pending = event;
                         self.pending.clear();
                         self.scan = Scan::START;
                         result?;
-                        suspect = self.finders.next_suspect(input);
+                        suspect = next_suspect(input);
                     }
                     None => {
                         self.pending.extend_from_slice(input);
@@ -461,20 +477,22 @@ impl StreamStitcher {
         }
     }
 
-    /// One complete event (its blank line's first line-end byte included):
-    /// appended as it is, or stitched. `suspect` is the prefilter's answer,
-    /// when it is known already.
+    /// One complete event (its blank line's first line-end byte included),
+    /// of `lines` lines (its blank line included): appended as it is, or
+    /// stitched. `suspect` is the prefilter's answer, when it is known
+    /// already.
     fn event(
         &mut self,
         event: &[u8],
+        lines: usize,
         suspect: Option<bool>,
         out: &mut Vec<u8>,
     ) -> Result<(), Error> {
         let number = self.events;
         let offset = self.offset;
-        let suspect = suspect.unwrap_or_else(|| self.finders.may_carry_rows(event));
+        let suspect = suspect.unwrap_or_else(|| may_carry_rows(event));
         if suspect {
-            self.stitch_event(event, number, offset, out)?;
+            self.stitch_event(event, lines, number, offset, out)?;
         } else {
             out.extend_from_slice(event);
         }
@@ -488,12 +506,13 @@ impl StreamStitcher {
     fn stitch_event(
         &mut self,
         event: &[u8],
+        lines: usize,
         number: u64,
         offset: u64,
         out: &mut Vec<u8>,
     ) -> Result<(), Error> {
         let mut data = std::mem::take(&mut self.data);
-        let result = self.stitch_with(event, number, offset, &mut data, out);
+        let result = self.stitch_with(event, lines, number, offset, &mut data, out);
         data.clear();
         self.data = data;
         result
@@ -502,15 +521,27 @@ impl StreamStitcher {
     fn stitch_with(
         &mut self,
         event: &[u8],
+        lines: usize,
         number: u64,
         offset: u64,
         data: &mut Vec<u8>,
         out: &mut Vec<u8>,
     ) -> Result<(), Error> {
         data.clear();
-        // One data line (the usual event): its value is the data, read where
-        // it is; otherwise the lines' values joined.
-        let Some(joined) = event_data(event, data) else {
+        // One line and the blank line (the usual event): that line, and its
+        // line end, known without a scan of the event (the framing's scan
+        // found no other line end in it).
+        let single = if lines == 2 { one_line(event) } else { None };
+        // One data line: its value is the data, read where it is; otherwise
+        // the lines' values joined.
+        let joined = match single {
+            Some((line, _)) => match field(line) {
+                Some((b"data", value)) => Some(Some(value)),
+                _ => None,
+            },
+            None => event_data(event, data),
+        };
+        let Some(joined) = joined else {
             out.extend_from_slice(event);
             return Ok(());
         };
@@ -518,18 +549,24 @@ impl StreamStitcher {
             Some(value) => value,
             None => data,
         };
-        // The scanner accepts UTF-8 only; other bytes are read as the
-        // standard's decoder reads them, replaced.
+        // The scanner accepts UTF-8 only (it checks every non-ASCII byte);
+        // other bytes are read as the standard's decoder reads them,
+        // replaced.
         let lossy;
-        let text = if std::str::from_utf8(joined).is_ok() {
-            joined
-        } else {
-            lossy = String::from_utf8_lossy(joined).into_owned();
-            lossy.as_bytes()
-        };
-        let Ok(doc) = Doc::scan(text) else {
-            out.extend_from_slice(event);
-            return Ok(());
+        let doc = match Doc::scan(joined) {
+            Ok(doc) => doc,
+            Err(_) if std::str::from_utf8(joined).is_ok() => {
+                out.extend_from_slice(event);
+                return Ok(());
+            }
+            Err(_) => {
+                lossy = String::from_utf8_lossy(joined).into_owned();
+                let Ok(doc) = Doc::scan(lossy.as_bytes()) else {
+                    out.extend_from_slice(event);
+                    return Ok(());
+                };
+                doc
+            }
         };
         let fields: Vec<&str> = self.stitcher.fields().collect();
         let slots = rows_slots(&fields, &doc);
@@ -547,14 +584,39 @@ impl StreamStitcher {
                 });
             }
         }
+        // Text known to hold no line break: the prefill's, when it has none.
+        let clean: &[u8] = if self.prefill_breaks {
+            &[]
+        } else {
+            &self.prefill
+        };
         let merged = bytes::merge_doc_with(
             self.stitcher.spec(Stitch::ForPd),
             &self.prefill,
             &doc,
-            |stitched| {
-                let mut merged = vec![0; stitched.len()];
-                stitched.write_into(&mut merged);
-                merged
+            |stitched| match single {
+                // One data line, and a merged text without a line break
+                // (the decode's line has none; the merge's new text is
+                // checked): written straight into `out`, as `reframe`
+                // would write it.
+                Some((line, end)) if !stitched.has_line_break(clean) => {
+                    let prefix = data_prefix(line);
+                    out.reserve(prefix.len() + 1 + stitched.len() + end.len() + 1);
+                    out.extend_from_slice(prefix);
+                    let at = out.len();
+                    stitched.extend_into(out);
+                    if !prefix.ends_with(b" ") && out.get(at) == Some(&b' ') {
+                        out.insert(at, b' ');
+                    }
+                    out.extend_from_slice(end);
+                    out.extend_from_slice(&event[event.len() - 1..]);
+                    None
+                }
+                _ => {
+                    let mut merged = Vec::with_capacity(stitched.len());
+                    stitched.extend_into(&mut merged);
+                    Some(merged)
+                }
             },
         )
         .map_err(|error| Error::StreamEvent {
@@ -568,11 +630,27 @@ impl StreamStitcher {
                 offset,
             });
         };
-        reframe(event, &merged, out);
+        if let Some(merged) = merged {
+            reframe(event, &merged, out);
+        }
         self.seen
             .extend(slots.into_iter().map(|slot| (slot, number)));
         Ok(())
     }
+}
+
+/// The line of an event that is one line and the blank line, and that
+/// line's line end (`\n`, `\r\n` or `\r`); the event's last byte is the
+/// blank line's.
+fn one_line(event: &[u8]) -> Option<(&[u8], &[u8])> {
+    let body = event.get(..event.len().checked_sub(1)?)?;
+    let end = match body {
+        [.., b'\r', b'\n'] => 2,
+        [.., b'\n'] | [.., b'\r'] => 1,
+        _ => return None,
+    };
+    let split = body.len() - end;
+    Some((&body[..split], &body[split..]))
 }
 
 /// Scans `bytes` from where `scan` stands for the blank line that ends the
@@ -593,7 +671,13 @@ fn find_end(bytes: &[u8], scan: &mut Scan) -> Option<usize> {
             scan.after_cr = false;
             scan.line_start = true;
         }
-        match memchr::memchr2(b'\n', b'\r', &bytes[at..]) {
+        // A line end right at a line's start (the blank line after a
+        // line, as every event has) is read without a search.
+        let next = match bytes.get(at) {
+            Some(b'\n' | b'\r') if scan.line_start => Some(0),
+            _ => memchr::memchr2(b'\n', b'\r', &bytes[at..]),
+        };
+        match next {
             None => {
                 if at < bytes.len() {
                     scan.line_start = false;
@@ -603,6 +687,7 @@ fn find_end(bytes: &[u8], scan: &mut Scan) -> Option<usize> {
             Some(k) => {
                 let empty = scan.line_start && k == 0;
                 let end = at + k + 1;
+                scan.lines += 1;
                 if empty {
                     return Some(end);
                 }
@@ -864,13 +949,12 @@ mod tests {
 
     #[test]
     fn only_null_routed_experts_members_are_passed_unparsed() {
-        let f = Finders::new();
         for none in [
             &b"data: {\"routed_experts\":null}"[..],
             b"data: {\"routed_experts\" \t:  null, \"routed_experts\":null}",
             b"data: [DONE]",
         ] {
-            assert!(!f.may_carry_rows(none), "{}", String::from_utf8_lossy(none));
+            assert!(!may_carry_rows(none), "{}", String::from_utf8_lossy(none));
         }
         for some in [
             &b"data: {\"routed_experts\":\"AAAA\"}"[..],
@@ -881,7 +965,46 @@ mod tests {
             b"data: {\"payload\": []}",
             b"data: {\"\\u0070ayload\": []}",
         ] {
-            assert!(f.may_carry_rows(some), "{}", String::from_utf8_lossy(some));
+            assert!(may_carry_rows(some), "{}", String::from_utf8_lossy(some));
+        }
+    }
+
+    /// The needles of `bytes` as the prefilter defines them, found the
+    /// plain way (every start tried): (start, end) of each `payload`, `\u`
+    /// and `routed_experts` that is not a null member.
+    fn needles(bytes: &[u8]) -> Vec<(usize, usize)> {
+        let mut found = Vec::new();
+        for start in 0..bytes.len() {
+            let rest = &bytes[start..];
+            for needle in [&b"payload"[..], b"\\u", ROUTED_EXPERTS.as_bytes()] {
+                if let Some(after) = rest.strip_prefix(needle) {
+                    if needle != ROUTED_EXPERTS.as_bytes() || !null_member(after) {
+                        found.push((start, start + needle.len()));
+                    }
+                }
+            }
+        }
+        found
+    }
+
+    proptest::proptest! {
+        /// `next_suspect` (one memchr3 scan, needles found by a byte of
+        /// their own) returns a needle's start, or the length when there is
+        /// none, and no needle ends at or before it; `may_carry_rows` is
+        /// whether there is a needle.
+        #[test]
+        fn the_prefilter_finds_what_a_plain_search_finds(
+            pieces in proptest::collection::vec(proptest::sample::select(vec![
+                "routed_experts", "routed_e", "xperts", "\"", ":", " ", "\t", "null", "nul",
+                "payload", "pay", "load", "\\u", "\\", "u", "x", "y", "\n", "a",
+            ]), 0..24)
+        ) {
+            let bytes = pieces.concat().into_bytes();
+            let found = needles(&bytes);
+            let s = next_suspect(&bytes);
+            proptest::prop_assert_eq!(may_carry_rows(&bytes), !found.is_empty());
+            proptest::prop_assert!(found.iter().all(|&(_, end)| end > s));
+            proptest::prop_assert!(s == bytes.len() || found.iter().any(|&(start, _)| start == s));
         }
     }
 

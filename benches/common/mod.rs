@@ -2,6 +2,7 @@
 #![allow(dead_code)] // each bench target uses part of it
 
 pub mod baseline;
+pub mod stream;
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;

@@ -237,6 +237,21 @@ impl Stitched<'_> {
         splice::write_into(self.decode, self.edits, out);
         true
     }
+
+    /// Appends the merged decode to `out` (grown once, to fit), written
+    /// front to back: what [`Stitched::write_into`] writes, without a
+    /// zeroed buffer first.
+    pub(crate) fn extend_into(&self, out: &mut Vec<u8>) {
+        splice::extend_into(self.decode, self.edits, out);
+    }
+
+    /// Whether the merged decode holds a `\n` or `\r` that the decode's
+    /// text does not: one in the edits' new text. Text taken from within
+    /// `clean`, known to hold none, is not searched; text rendered as
+    /// base64 holds none.
+    pub(crate) fn has_line_break(&self, clean: &[u8]) -> bool {
+        self.edits.iter().any(|edit| edit.has_line_break(clean))
+    }
 }
 
 impl std::fmt::Debug for Stitched<'_> {
