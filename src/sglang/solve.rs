@@ -386,13 +386,13 @@ mod tests {
     }
 
     /// Q5 against the brute force, on every small pair (the prefill's
-    /// completion 0..=2, ids up to 24): determined exactly when every
+    /// completion 0..=4, ids up to 24): determined exactly when every
     /// reading keeps the same ids, keeping those.
     #[test]
     fn readings_agree_with_the_brute_force() {
         let mut checked = 0;
         for prompt in 0..=6u64 {
-            for c_p in 0..=2u64 {
+            for c_p in 0..=4u64 {
                 for c_d in 0..=6u64 {
                     if prompt + c_p == 0 || prompt + c_d == 0 {
                         continue;
@@ -421,7 +421,7 @@ mod tests {
                 }
             }
         }
-        assert!(checked > 50_000, "{checked}");
+        assert!(checked > 140_000, "{checked}");
     }
 
     /// Q4 against the definition: with the width, a pair is placed exactly
@@ -562,6 +562,36 @@ mod tests {
         assert_eq!(width(48, 8), Ok(384));
         assert!(width(u64::MAX, 2).is_err());
         assert!(width(u64::MAX / 4 + 1, 1).is_err());
+    }
+
+    /// A prefill reporting 4 generated tokens (SGLang's P/D prefill reports
+    /// one; the counts are still the response's): its rows end at the cut
+    /// `prompt + 3`, so they are between `3` and `prompt + 3` rows. Of the
+    /// row counts dividing its 8 ids (1, 2, 4, 8) only 4 (width 2, from
+    /// `prompt - 1`) is one for a prompt of 1 to 4 tokens; none for a
+    /// prompt of 0 (3 rows). A full-length decode that reports the same 4
+    /// tokens ends at the cut: it has the same 8 ids and the merge keeps
+    /// none of them, whatever the width.
+    #[test]
+    fn a_free_width_is_found_among_the_larger_divisors() {
+        for prompt in 1..=4u64 {
+            let (p, d) = (facts(prompt, 4, 8), facts(prompt, 4, 8));
+            assert_eq!(solve(p, d, None), Ok(Solution { skip: 32 }), "{prompt}");
+            assert_eq!(solve(p, d, Some(2)), Ok(Solution { skip: 32 }), "{prompt}");
+        }
+        let (p, d) = (facts(0, 4, 8), facts(0, 4, 8));
+        assert!(
+            matches!(
+                solve(p, d, None),
+                Err(Fault::Positions(
+                    Side::Decode,
+                    Value::Rows,
+                    PositionProblem::NoReading { .. }
+                ))
+            ),
+            "{:?}",
+            solve(p, d, None)
+        );
     }
 
     /// The example of SPEC section 10: a prompt of 2 tokens from 0, 3
