@@ -68,7 +68,9 @@ pub struct Draw {
     pub seed: u64,
 }
 
-fn mix(mut z: u64) -> u64 {
+/// SplitMix64's output from state `z`: the truth's ids, and the simulator's
+/// draws.
+pub(super) fn mix(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
@@ -227,6 +229,133 @@ fn output(api: Api, prompt: u64, completion: u64, rows: &str, role: Role) -> Val
                 response["sglext"] = json!({"routed_experts": rows});
             }
             response
+        }
+    }
+}
+
+/// The model's parts against references that are not its code: SplitMix64's
+/// published outputs, the names written out, and the properties the truth
+/// must have for a wrong row to show (ids in range, differing by position,
+/// by id within a row and by seed, whatever the seed).
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `mix(z)` is SplitMix64's output from state `z` (Steele, Lea and
+    /// Flood; Vigna's `splitmix64.c`): from 0, `mix` of 0, then of one and
+    /// two steps of the golden gamma, are its first three outputs.
+    #[test]
+    fn mix_is_splitmix64() {
+        let gamma = 0x9e37_79b9_7f4a_7c15u64;
+        let got = [0, gamma, gamma.wrapping_mul(2)].map(mix);
+        assert_eq!(
+            got,
+            [
+                0xe220_a839_7b1d_cdaf,
+                0x6e78_9e6a_a1b9_65f4,
+                0x06c4_5d18_8009_454f
+            ]
+        );
+    }
+
+    #[test]
+    fn apis_are_named_by_their_slots() {
+        assert_eq!(Api::ALL.map(Api::name), ["generate", "sglext", "sgl_ext"]);
+    }
+
+    /// `int32` little-endian, then base64: 1 is `01 00 00 00`, -1 is
+    /// `ff ff ff ff`.
+    #[test]
+    fn ids_are_encoded_as_sglang_writes_them() {
+        assert_eq!(encode_ids(&[1, -1]), "AQAAAP////8=");
+        assert_eq!(encode_ids(&[]), "");
+    }
+
+    /// Each role's response: the prompt, its own count of generated tokens
+    /// (the prefill's one), its rows, and text only where tokens were
+    /// decoded. A prompt of 3 from position 1, 4 generated, rows of 2 ids:
+    /// the prefill has `[1, 3)`, the suffix-only decode `[3, 6)`, the
+    /// colocated server `[1, 6)`.
+    #[test]
+    fn each_role_answers_its_counts_rows_and_text() {
+        let shape = Shape {
+            layers: 1,
+            top_k: 2,
+            experts: 256,
+        };
+        let d = Draw {
+            prompt: 3,
+            completion: 4,
+            start: 1,
+            convention: Convention::SuffixOnly,
+            seed: 7,
+        };
+        let r = responses(Api::Generate, &[d], shape, false);
+        for (response, completion, ids, has_text) in [
+            (&r.prefill, 1, d.truth(shape, 1, 3), false),
+            (&r.decode, 4, d.truth(shape, 3, 6), true),
+            (&r.colocated, 4, d.truth(shape, 1, 6), true),
+        ] {
+            let meta = &response["meta_info"];
+            assert_eq!(meta["prompt_tokens"], 3, "{response}");
+            assert_eq!(meta["completion_tokens"], completion, "{response}");
+            assert_eq!(meta["routed_experts"], encode_ids(&ids), "{response}");
+            let text = response["text"].as_str().unwrap();
+            assert_eq!(!text.is_empty(), has_text, "{response}");
+        }
+    }
+
+    fn draw(seed: u64) -> Draw {
+        Draw {
+            prompt: 5,
+            completion: 40,
+            start: 2,
+            convention: Convention::FullLength,
+            seed,
+        }
+    }
+
+    /// Every seed, even one with no bit or every bit set, draws rows whose
+    /// ids are below `experts` and spread over them, differ from position
+    /// to position and from id to id within a row, and differ between
+    /// seeds; a wrong row differs from the true one at every id.
+    #[test]
+    fn truth_rows_are_spread_and_wrong_rows_differ_everywhere() {
+        let shape = Shape {
+            layers: 4,
+            top_k: 4,
+            experts: 256,
+        };
+        for seed in [0, u64::MAX, 0x5c1a_5eed] {
+            let d = draw(seed);
+            let rows: Vec<Vec<i32>> = (0..d.end()).map(|x| d.truth_row(shape, x)).collect();
+            let mut distinct = std::collections::BTreeSet::new();
+            for (x, row) in rows.iter().enumerate() {
+                assert_eq!(row.len(), 16, "seed {seed}");
+                assert!(row.iter().all(|&id| (0..256).contains(&id)), "{row:?}");
+                distinct.extend(row.iter().copied());
+                let first = row.first().copied();
+                assert!(
+                    row.iter().any(|&id| Some(id) != first),
+                    "seed {seed} at {x}: {row:?}"
+                );
+                let wrong = d.wrong_row(shape, x as u64);
+                assert_eq!(wrong.len(), row.len());
+                for (t, w) in row.iter().zip(&wrong) {
+                    assert!(
+                        t != w && (0..256).contains(w),
+                        "seed {seed} at {x}: {t} {w}"
+                    );
+                }
+                if x > 0 {
+                    assert_ne!(rows[x - 1], *row, "seed {seed} at {x}");
+                }
+            }
+            // 704 ids drawn from 256: all but a few of them occur.
+            assert!(distinct.len() > 200, "seed {seed}: {}", distinct.len());
+            let other = draw(seed ^ 1);
+            assert_ne!(other.truth_row(shape, 3), rows[3], "seed {seed}");
+            assert_eq!(d.truth(shape, 2, 5), rows[2..5].concat());
         }
     }
 }

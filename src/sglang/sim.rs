@@ -13,7 +13,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::model::{responses, Api, Draw, Shape};
+use super::model::{mix, responses, Api, Draw, Shape};
 use super::{Convention, PositionProblem};
 use crate::{Error, Stitch, Stitcher};
 
@@ -31,13 +31,6 @@ pub struct Request {
     pub batch: bool,
     /// One per output; the decode's convention is set per pair.
     pub draws: Vec<Draw>,
-}
-
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 impl Request {

@@ -50,17 +50,9 @@ pub(crate) enum Fault {
     },
 }
 
-/// Where both sides' rows are, and what of the decode's the merge keeps.
+/// What of the decode's rows the merge keeps, the pair being placed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Solution {
-    /// The width, when one is known (given, or the readings agree on one).
-    pub(crate) width: Option<u64>,
-    /// Where the prefill's rows start, when the width is known.
-    pub(crate) prefill_start: Option<u64>,
-    /// The prefill's end: the first position the decode's rows give.
-    pub(crate) cut: u64,
-    /// The decode's end, which the merged rows end at too.
-    pub(crate) end: u64,
     /// The decode's bytes the merge skips (its rows before the cut); it
     /// keeps the rest.
     pub(crate) skip: u64,
@@ -159,6 +151,22 @@ fn given(
     (i_d, e_d): (u64, u64),
     w: u64,
 ) -> Result<Solution, Fault> {
+    let (_, s_d) = starts(prompt, (i_p, cut), (i_d, e_d), w)?;
+    Ok(Solution {
+        // (cut - s_d) rows of w ids of 4 bytes: within the decode's bytes.
+        skip: (cut - s_d) * w * 4,
+    })
+}
+
+/// Q4's starts of the prefill's and the decode's rows with width `w`, when
+/// they place the pair: both in `[0, prompt]`, the decode's by a convention,
+/// the decode covering the cut.
+fn starts(
+    prompt: u64,
+    (i_p, cut): (u64, u64),
+    (i_d, e_d): (u64, u64),
+    w: u64,
+) -> Result<(u64, u64), Fault> {
     let s_p = start(Side::Prefill, i_p, cut, w, prompt)?;
     let s_d = start(Side::Decode, i_d, e_d, w, prompt)?;
     if s_d != s_p && s_d != prompt {
@@ -179,14 +187,7 @@ fn given(
             end: e_d,
         });
     }
-    Ok(Solution {
-        width: Some(w),
-        prefill_start: Some(s_p),
-        cut,
-        end: e_d,
-        // (cut - s_d) rows of w ids of 4 bytes: within the decode's bytes.
-        skip: (cut - s_d) * w * 4,
-    })
+    Ok((s_p, s_d))
 }
 
 /// One reading of a pair without its width: the decode's ids after the cut
@@ -231,17 +232,7 @@ fn read(prompt: u64, (i_p, cut): (u64, u64), (i_d, e_d): (u64, u64)) -> Result<S
             },
         ));
     }
-    let width = match readings.as_slice() {
-        [one] => one.width,
-        [a, b] if a.width == b.width => a.width,
-        _ => None,
-    };
-    let prefill_start = width.and_then(|w| cut.checked_sub(i_p / w));
     Ok(Solution {
-        width,
-        prefill_start,
-        cut,
-        end: e_d,
         // kept <= i_d: the reading's decode covers the cut.
         skip: (i_d - first.kept) * 4,
     })
@@ -315,10 +306,9 @@ fn push_fixed(
     if w == 0 || w.checked_mul(4).is_none() {
         return;
     }
-    if let Ok(solution) = given(prompt, (i_p, cut), (i_d, e_d), w) {
-        let s_d = e_d - i_d / w;
+    if let Ok((s_p, s_d)) = starts(prompt, (i_p, cut), (i_d, e_d), w) {
         let fits = match convention {
-            Convention::FullLength => Some(s_d) == solution.prefill_start,
+            Convention::FullLength => s_d == s_p,
             Convention::SuffixOnly => s_d == prompt,
         };
         if fits {
@@ -396,13 +386,13 @@ mod tests {
     }
 
     /// Q5 against the brute force, on every small pair (the prefill's
-    /// completion 0..=2, ids up to 24): determined exactly when every
+    /// completion 0..=4, ids up to 24): determined exactly when every
     /// reading keeps the same ids, keeping those.
     #[test]
     fn readings_agree_with_the_brute_force() {
         let mut checked = 0;
         for prompt in 0..=6u64 {
-            for c_p in 0..=2u64 {
+            for c_p in 0..=4u64 {
                 for c_d in 0..=6u64 {
                     if prompt + c_p == 0 || prompt + c_d == 0 {
                         continue;
@@ -431,7 +421,7 @@ mod tests {
                 }
             }
         }
-        assert!(checked > 50_000, "{checked}");
+        assert!(checked > 140_000, "{checked}");
     }
 
     /// Q4 against the definition: with the width, a pair is placed exactly
@@ -561,10 +551,7 @@ mod tests {
         );
         // Suffix-only from 3 with width 2 (2 rows [3, 5)), or full-length
         // from 0 with width ... : 4 ids after 6 fit only suffix-only.
-        assert_eq!(
-            solve(ok, facts(3, 3, 4), None).map(|s| (s.width, s.skip)),
-            Ok((Some(2), 0))
-        );
+        assert_eq!(solve(ok, facts(3, 3, 4), None), Ok(Solution { skip: 0 }));
         assert_eq!(
             width(0, 8),
             Err(PositionProblem::RowShape {
@@ -575,6 +562,36 @@ mod tests {
         assert_eq!(width(48, 8), Ok(384));
         assert!(width(u64::MAX, 2).is_err());
         assert!(width(u64::MAX / 4 + 1, 1).is_err());
+    }
+
+    /// A prefill reporting 4 generated tokens (SGLang's P/D prefill reports
+    /// one; the counts are still the response's): its rows end at the cut
+    /// `prompt + 3`, so they are between `3` and `prompt + 3` rows. Of the
+    /// row counts dividing its 8 ids (1, 2, 4, 8) only 4 (width 2, from
+    /// `prompt - 1`) is one for a prompt of 1 to 4 tokens; none for a
+    /// prompt of 0 (3 rows). A full-length decode that reports the same 4
+    /// tokens ends at the cut: it has the same 8 ids and the merge keeps
+    /// none of them, whatever the width.
+    #[test]
+    fn a_free_width_is_found_among_the_larger_divisors() {
+        for prompt in 1..=4u64 {
+            let (p, d) = (facts(prompt, 4, 8), facts(prompt, 4, 8));
+            assert_eq!(solve(p, d, None), Ok(Solution { skip: 32 }), "{prompt}");
+            assert_eq!(solve(p, d, Some(2)), Ok(Solution { skip: 32 }), "{prompt}");
+        }
+        let (p, d) = (facts(0, 4, 8), facts(0, 4, 8));
+        assert!(
+            matches!(
+                solve(p, d, None),
+                Err(Fault::Positions(
+                    Side::Decode,
+                    Value::Rows,
+                    PositionProblem::NoReading { .. }
+                ))
+            ),
+            "{:?}",
+            solve(p, d, None)
+        );
     }
 
     /// The example of SPEC section 10: a prompt of 2 tokens from 0, 3

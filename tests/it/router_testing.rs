@@ -672,6 +672,116 @@ mod sglang_routers {
         }
     }
 
+    /// A wrong row is blamed on the side that should have written it: a
+    /// prompt position on the prefill, the prompt's end and after on the
+    /// decode. A merged answer of the wrong shape (an output dropped from
+    /// a batch, an object for a batch, an array for one output) is named
+    /// as such.
+    #[test]
+    fn sglang_mismatches_name_the_side_and_the_shape() {
+        let draw = sglang::Draw {
+            prompt: 6,
+            completion: 5,
+            start: 0,
+            convention: Convention::FullLength,
+            seed: 4,
+        };
+        let shape = sglang::Shape {
+            layers: 2,
+            top_k: 4,
+            experts: 64,
+        };
+        let case = sglang::Case::new(Api::Generate, shape, vec![draw], false);
+        for (x, side) in [
+            (0, "the prefill's row (a prompt position)"),
+            (5, "the prefill's row (a prompt position)"),
+            (6, "the decode's row (a position after the prompt)"),
+            (9, "the decode's row (a position after the prompt)"),
+        ] {
+            let mut merged = router(&case);
+            let rows = merged["meta_info"]["routed_experts"].as_str().unwrap();
+            let mut bytes = STANDARD.decode(rows).unwrap();
+            bytes[8 * 4 * x] ^= 1;
+            merged["meta_info"]["routed_experts"] = Value::String(STANDARD.encode(bytes));
+            assert_eq!(
+                verify_stitched(&case, &merged).unwrap_err().to_string(),
+                format!("choice 0, position {x} (from meta_info.routed_experts): row differs from the truth; expected {side}")
+            );
+        }
+        let wrong_shape = |case: &sglang::Case, merged: &Value| {
+            verify_stitched(case, merged).unwrap_err().to_string()
+        };
+        let batch = sglang::Case::new(Api::Generate, shape, vec![draw, draw], true);
+        let mut merged = router(&batch);
+        verify_stitched(&batch, &merged).unwrap();
+        let first = merged[0].clone();
+        merged.as_array_mut().unwrap().pop();
+        assert_eq!(
+            wrong_shape(&batch, &merged),
+            "choice 0: expected a batch array of 2 outputs"
+        );
+        assert_eq!(
+            wrong_shape(&batch, &first),
+            "choice 0: expected a batch array of 2 outputs"
+        );
+        assert_eq!(
+            wrong_shape(&case, &Value::Array(vec![router(&case)])),
+            "choice 0: expected a response object"
+        );
+    }
+
+    /// `cases` draws what its knobs say: with prefix omission, every start
+    /// in `[0, P]` occurs (prompts of 1-3 tokens: all 9 pairs); without
+    /// it, rows always start at 0. Only `/generate` answers batch arrays,
+    /// every draw of one kept, several draws always one; the OpenAI APIs
+    /// answer one output.
+    #[test]
+    fn cases_follow_their_knobs() {
+        let mut runner = TestRunner::deterministic();
+        for omit in [true, false] {
+            let knobs = sglang::Knobs {
+                prompt: 1..=3,
+                prefix_omission: omit,
+                ..sglang::Knobs::default()
+            };
+            let strategy = sglang::cases(knobs);
+            let mut starts = std::collections::BTreeSet::new();
+            let mut batches = std::collections::BTreeSet::new();
+            let (mut generate, mut single) = (0, 0);
+            for _ in 0..400 {
+                let case = strategy.new_tree(&mut runner).unwrap().current();
+                for d in &case.draws {
+                    assert!(d.start <= d.prompt && (1..=3).contains(&d.prompt), "{d:?}");
+                    starts.insert((d.prompt, d.start));
+                }
+                assert!((1..=4).contains(&case.draws.len()), "{}", case.draws.len());
+                if case.api == Api::Generate {
+                    assert!(case.batch || case.draws.len() == 1, "{case:?}");
+                    assert_eq!(case.prefill.is_array(), case.batch);
+                    batches.insert((case.batch, case.draws.len()));
+                    generate += 1;
+                    single += usize::from(!case.batch);
+                } else {
+                    assert!(!case.batch && case.draws.len() == 1, "{case:?}");
+                    assert!(case.prefill.is_object());
+                }
+            }
+            let expected: std::collections::BTreeSet<(u64, u64)> = if omit {
+                (1..=3).flat_map(|p| (0..=p).map(move |s| (p, s))).collect()
+            } else {
+                (1..=3).map(|p| (p, 0)).collect()
+            };
+            assert_eq!(starts, expected, "prefix omission {omit}");
+            // A batch of each size, and a single output.
+            let sizes: std::collections::BTreeSet<(bool, usize)> =
+                [(false, 1), (true, 1), (true, 2), (true, 3), (true, 4)].into();
+            assert_eq!(batches, sizes, "prefix omission {omit}");
+            // Several draws are always a batch: a single output needs one
+            // draw (1 in 4) and no batch (1 in 2), 1 in 8 of the cases.
+            assert!(single * 4 < generate, "{single} of {generate}");
+        }
+    }
+
     /// The head splice on a suffix-only decode, with the message a router
     /// author reads.
     #[test]
