@@ -441,20 +441,23 @@ pub fn without_routing(mut response: Value) -> Value {
     response
 }
 
-async fn generate(State(mock): State<Arc<Mock>>, body: Bytes) -> Response {
-    let body: Value = match serde_json::from_slice(&body) {
-        Ok(body) => body,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("the body is not JSON: {e}"),
-            )
-        }
-    };
+/// A request's body read as JSON and noted in `seen`, or why it is not
+/// JSON.
+fn received(mock: &Mock, body: &[u8]) -> Result<Value, String> {
+    let body: Value =
+        serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
     mock.seen
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .push(body.clone());
+    Ok(body)
+}
+
+async fn generate(State(mock): State<Arc<Mock>>, body: Bytes) -> Response {
+    let body = match received(&mock, &body) {
+        Ok(body) => body,
+        Err(why) => return error(StatusCode::BAD_REQUEST, why),
+    };
     match mock.fault {
         Fault::Status500 => {
             return error(StatusCode::INTERNAL_SERVER_ERROR, "mock: internal error");
@@ -659,19 +662,10 @@ fn sse(events: &[Value]) -> Response {
 }
 
 async fn sglang_generate(State(mock): State<Arc<Mock>>, body: Bytes) -> Response {
-    let body: Value = match serde_json::from_slice(&body) {
+    let body = match received(&mock, &body) {
         Ok(body) => body,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("the body is not JSON: {e}"),
-            )
-        }
+        Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
-    mock.seen
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .push(body.clone());
     let (room, batch) = match (mock.role, bootstrap(&body)) {
         (Role::Colocated, _) => (
             None,

@@ -252,13 +252,7 @@ fn answer(started: Instant, result: Result<Response, Failure>) -> Response {
 
 impl Router {
     async fn generate(&self, body: &[u8]) -> Result<Response, Failure> {
-        let request: Value = serde_json::from_slice(body).map_err(|e| {
-            Failure::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_request",
-                format!("the request body is not JSON: {e}"),
-            )
-        })?;
+        let request = request_json(body)?;
         let prefill_request = prefill_request(&request)?;
         let stream = request.get("stream") == Some(&Value::Bool(true));
 
@@ -287,13 +281,7 @@ impl Router {
     /// (as SGLang's own P/D router sends them), the prefill's not streamed;
     /// the decode's answer is stitched as a whole or as a stream.
     async fn sglang_generate(&self, body: &[u8]) -> Result<Response, Failure> {
-        let request: Value = serde_json::from_slice(body).map_err(|e| {
-            Failure::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_request",
-                format!("the request body is not JSON: {e}"),
-            )
-        })?;
+        let request = request_json(body)?;
         let host = reqwest::Url::parse(&self.config.prefill)
             .ok()
             .and_then(|url| url.host_str().map(str::to_owned))
@@ -453,6 +441,17 @@ impl Router {
             Failure::new(StatusCode::BAD_GATEWAY, "backend_error", message)
         }
     }
+}
+
+/// The client's request read as JSON, or the 400 that says it is not.
+fn request_json(body: &[u8]) -> Result<Value, Failure> {
+    serde_json::from_slice(body).map_err(|e| {
+        Failure::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            format!("the request body is not JSON: {e}"),
+        )
+    })
 }
 
 /// A backend's answer read as JSON, or the 502 that says it is not.

@@ -145,6 +145,25 @@ impl Setup {
         self.post_to(&self.url, body).await
     }
 
+    /// A setup whose SGLang decode answers in `convention`.
+    async fn sglang(name: &str, convention: Convention) -> Setup {
+        let options = Options {
+            convention,
+            ..Options::default()
+        };
+        Setup::start(name, options).await
+    }
+
+    /// POSTs `body` to the router's SGLang route, which must answer 200 with
+    /// `content_type`; the body.
+    async fn post_sglang_ok(&self, body: &Value, content_type: &str) -> Vec<u8> {
+        let (status, got, bytes) = self.post_sglang(body).await;
+        let text = String::from_utf8_lossy(&bytes);
+        assert_eq!(status, StatusCode::OK, "{text}");
+        assert_eq!(got, content_type, "{text}");
+        bytes
+    }
+
     /// The same to the router's SGLang route.
     async fn post_sglang(&self, body: &Value) -> (StatusCode, String, Vec<u8>) {
         let bytes = serde_json::to_vec(body).expect("json");
@@ -742,27 +761,12 @@ fn check_sglang_requests(setup: &Setup, sent: &[Value]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sglang_answers_are_stitched_to_the_colocated_answer_in_both_conventions() {
     for convention in [Convention::FullLength, Convention::SuffixOnly] {
-        let name = format!("sglang-{convention:?}");
-        let setup = Setup::start(
-            &name,
-            Options {
-                convention,
-                ..Options::default()
-            },
-        )
-        .await;
+        let setup = Setup::sglang(&format!("sglang-{convention:?}"), convention).await;
         let mut sent = Vec::new();
         for index in 0..8 {
             let batch = (index % 3 == 2).then_some(1 + index % 4);
             let body = sglang_body(index, batch, false);
-            let (status, content_type, bytes) = setup.post_sglang(&body).await;
-            assert_eq!(
-                status,
-                StatusCode::OK,
-                "{}",
-                String::from_utf8_lossy(&bytes)
-            );
-            assert_eq!(content_type, "application/json");
+            let bytes = setup.post_sglang_ok(&body, "application/json").await;
             // The whole answer, not only its rows, is the colocated server's.
             let colocated = setup.deployment.sglang_answers(index, batch).colocated;
             assert_eq!(json_of(&bytes), colocated, "{convention:?} request {index}");
@@ -775,26 +779,11 @@ async fn sglang_answers_are_stitched_to_the_colocated_answer_in_both_conventions
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sglang_streams_are_stitched_to_the_colocated_answer_in_both_conventions() {
     for convention in [Convention::FullLength, Convention::SuffixOnly] {
-        let name = format!("sglang-stream-{convention:?}");
-        let setup = Setup::start(
-            &name,
-            Options {
-                convention,
-                ..Options::default()
-            },
-        )
-        .await;
+        let setup = Setup::sglang(&format!("sglang-stream-{convention:?}"), convention).await;
         let mut sent = Vec::new();
         for index in 0..6 {
             let body = sglang_body(index, None, true);
-            let (status, content_type, bytes) = setup.post_sglang(&body).await;
-            assert_eq!(
-                status,
-                StatusCode::OK,
-                "{}",
-                String::from_utf8_lossy(&bytes)
-            );
-            assert_eq!(content_type, "text/event-stream");
+            let bytes = setup.post_sglang_ok(&body, "text/event-stream").await;
             let (data, _) = streamed(&bytes);
             let colocated = setup.deployment.sglang_answers(index, None).colocated;
             let completion = colocated["meta_info"]["completion_tokens"]
