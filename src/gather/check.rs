@@ -9,7 +9,7 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use crate::algebra::{check_layout, Dtype, LayoutProblem, Rows, Segment};
+use crate::algebra::{check_layout, Dtype, LayoutProblem, Segment};
 use crate::error::{describe, Location, Side};
 use crate::fields::ROUTED_EXPERTS;
 use crate::inline::{self, Form};
@@ -17,7 +17,7 @@ use crate::json::choice_at;
 use crate::reading::{FieldTable, Layout};
 use crate::response::item_at;
 
-use super::read::segments_of;
+use super::read::{coverage, segments_of};
 use super::report::{list, CheckReport, FieldReport};
 use super::{GatherError, Store};
 
@@ -321,43 +321,4 @@ fn check_csr(
         }
     }
     Ok(())
-}
-
-/// The union of `intervals` as disjoint intervals in order, the gaps between
-/// them, and the positions covered more than once (merged).
-pub(crate) fn coverage(intervals: impl Iterator<Item = Rows>) -> (Vec<Rows>, Vec<Rows>, Vec<Rows>) {
-    let mut sorted: Vec<Rows> = intervals.filter(|r| !r.is_empty()).collect();
-    sorted.sort_by_key(|r| (r.start(), r.end()));
-    let mut union: Vec<Rows> = Vec::new();
-    let mut overlaps: Vec<Rows> = Vec::new();
-    for r in sorted {
-        match union.last_mut() {
-            Some(last) if r.start() <= last.end() => {
-                if let Some(twice) = last.intersection(r) {
-                    push_merged(&mut overlaps, twice);
-                }
-                *last = Rows::new(last.start(), last.end().max(r.end())).unwrap_or(*last);
-            }
-            _ => union.push(r),
-        }
-    }
-    let gaps = union
-        .windows(2)
-        .filter_map(|w| match w {
-            [a, b] => Rows::new(a.end(), b.start()),
-            _ => None,
-        })
-        .collect();
-    (union, gaps, overlaps)
-}
-
-/// Pushes `r` onto sorted disjoint `list`, merging it with the last interval
-/// when they touch or overlap.
-fn push_merged(list: &mut Vec<Rows>, r: Rows) {
-    match list.last_mut() {
-        Some(last) if r.start() <= last.end() => {
-            *last = Rows::new(last.start(), last.end().max(r.end())).unwrap_or(*last);
-        }
-        _ => list.push(r),
-    }
 }

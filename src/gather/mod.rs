@@ -34,10 +34,10 @@ mod read;
 mod report;
 mod store;
 
-pub(crate) use check::coverage;
 pub use check::{check, check_from, check_with};
 pub use error::{GatherError, GatherErrorKind};
 pub use field::{read_choice_field, read_field};
+pub(crate) use read::coverage;
 pub use read::{gather, gather_from, gather_runs_from, gather_sglang, Gathered, Source};
 pub use report::{CheckReport, FieldReport};
 pub use store::{Confinement, Store};

@@ -2,7 +2,9 @@
 //! `(positions, *shape)` array of one field of one choice, in position order,
 //! from the files its payload segments point at (through a [`Store`], so only
 //! where the store may read) or from its inline `routed_experts`, and
-//! [`Gathered`] is what they return.
+//! [`Gathered`] is what they return. `coverage` (the union, gaps and
+//! overlaps of intervals) is here too: the readers need it, and `check`,
+//! which reads segments through this file, uses it as well.
 
 use std::path::Path;
 
@@ -293,7 +295,7 @@ pub fn gather_runs_from(
     // Dtypes and shapes agree (layout checks them before gaps): give each
     // non-empty segment to the run of covered positions it lies in, keeping
     // payload order inside a run, and lay out and read each run.
-    let (union, _, _) = super::check::coverage(segments.iter().map(|(_, s)| s.positions()));
+    let (union, _, _) = coverage(segments.iter().map(|(_, s)| s.positions()));
     // Each segment's run, by binary search over the runs (in order).
     let mut members: Vec<Vec<(usize, Segment<String>)>> = vec![Vec::new(); union.len()];
     for (j, s) in segments.into_iter().filter(|(_, s)| s.rows() > 0) {
@@ -436,7 +438,7 @@ fn layout<'s>(
     // is a gap.
     let in_order: Vec<&(usize, Segment<String>)> =
         segments.iter().filter(|(_, s)| s.rows() > 0).collect();
-    let (union, gaps, _) = super::check::coverage(in_order.iter().map(|(_, s)| s.positions()));
+    let (union, gaps, _) = coverage(in_order.iter().map(|(_, s)| s.positions()));
     if let Some(missing) = gaps.first() {
         return Err(GatherError::Gap {
             choice,
@@ -485,4 +487,43 @@ pub fn gather_sglang(
         data: rows.ids.iter().flat_map(|id| id.to_le_bytes()).collect(),
         source: Source::Sglang,
     })
+}
+
+/// The union of `intervals` as disjoint intervals in order, the gaps between
+/// them, and the positions covered more than once (merged).
+pub(crate) fn coverage(intervals: impl Iterator<Item = Rows>) -> (Vec<Rows>, Vec<Rows>, Vec<Rows>) {
+    let mut sorted: Vec<Rows> = intervals.filter(|r| !r.is_empty()).collect();
+    sorted.sort_by_key(|r| (r.start(), r.end()));
+    let mut union: Vec<Rows> = Vec::new();
+    let mut overlaps: Vec<Rows> = Vec::new();
+    for r in sorted {
+        match union.last_mut() {
+            Some(last) if r.start() <= last.end() => {
+                if let Some(twice) = last.intersection(r) {
+                    push_merged(&mut overlaps, twice);
+                }
+                *last = Rows::new(last.start(), last.end().max(r.end())).unwrap_or(*last);
+            }
+            _ => union.push(r),
+        }
+    }
+    let gaps = union
+        .windows(2)
+        .filter_map(|w| match w {
+            [a, b] => Rows::new(a.end(), b.start()),
+            _ => None,
+        })
+        .collect();
+    (union, gaps, overlaps)
+}
+
+/// Pushes `r` onto sorted disjoint `list`, merging it with the last interval
+/// when they touch or overlap.
+fn push_merged(list: &mut Vec<Rows>, r: Rows) {
+    match list.last_mut() {
+        Some(last) if r.start() <= last.end() => {
+            *last = Rows::new(last.start(), last.end().max(r.end())).unwrap_or(*last);
+        }
+        _ => list.push(r),
+    }
 }

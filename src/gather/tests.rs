@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
-use super::check::coverage;
+use super::read::coverage;
 use super::*;
 use crate::algebra::{Dtype, Rows};
 use crate::fields::ROUTED_EXPERTS;
