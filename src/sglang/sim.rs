@@ -259,6 +259,62 @@ pub fn library_merge(
 mod tests {
     use super::*;
 
+    /// The draws cover their documented ranges and no more: prompts
+    /// 1..=160, completions 1..=96, 1 to 3 outputs, batches of `/generate`
+    /// only (and some of them), starts in `[0, P]`, half of them 0.
+    #[test]
+    fn draws_stay_in_their_ranges_and_reach_their_ends() {
+        let draws: Vec<Request> = (0..3000).map(|i| Request::draw(9, i)).collect();
+        let all = || draws.iter().flat_map(|r| &r.draws);
+        let (prompts, completions): (Vec<u64>, Vec<u64>) =
+            all().map(|d| (d.prompt, d.completion)).unzip();
+        assert_eq!(prompts.iter().min(), Some(&1));
+        assert_eq!(prompts.iter().max(), Some(&160));
+        assert_eq!(completions.iter().min(), Some(&1));
+        assert_eq!(completions.iter().max(), Some(&96));
+        let outputs: Vec<usize> = draws.iter().map(|r| r.draws.len()).collect();
+        assert_eq!(
+            (outputs.iter().min(), outputs.iter().max()),
+            (Some(&1), Some(&3))
+        );
+        assert!(draws.iter().all(|r| !r.batch || r.api == Api::Generate));
+        assert!(draws.iter().all(|r| r.batch || r.draws.len() == 1));
+        let generate = draws.iter().filter(|r| r.api == Api::Generate).count();
+        let batches = draws.iter().filter(|r| r.batch).count();
+        // A third of the /generate requests are batches.
+        assert!(
+            batches * 4 > generate && batches * 2 < generate,
+            "{batches} of {generate}"
+        );
+        assert!(all().all(|d| d.start <= d.prompt));
+        let from_zero = all().filter(|d| d.start == 0).count();
+        assert!(
+            from_zero * 2 > all().count(),
+            "{from_zero} of {} start at 0",
+            all().count()
+        );
+    }
+
+    #[test]
+    fn all_equal_needs_no_mismatch_and_every_pair_equal() {
+        let right = Summary {
+            requests: 2,
+            equal: [2, 2],
+            ..Summary::default()
+        };
+        assert!(right.all_equal());
+        let short = Summary {
+            equal: [2, 1],
+            ..right.clone()
+        };
+        assert!(!short.all_equal());
+        let named = Summary {
+            mismatches: vec!["request 1: differs".into()],
+            ..right
+        };
+        assert!(!named.all_equal());
+    }
+
     /// The run is right with the library's merge, and catches a merge that
     /// splices the prefill's bytes over the head of the decode's (Miles'),
     /// on the suffix-only decodes only.
