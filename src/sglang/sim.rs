@@ -293,6 +293,15 @@ mod tests {
             "{from_zero} of {} start at 0",
             all().count()
         );
+        // Every seed draws distinct requests, an all-ones seed too (a seed
+        // folded in with `|` would give it one request over and over).
+        for seed in [0, u64::MAX] {
+            let first = Request::draw(seed, 0);
+            assert!(
+                (1..50).any(|i| Request::draw(seed, i).draws != first.draws),
+                "seed {seed}"
+            );
+        }
     }
 
     #[test]
