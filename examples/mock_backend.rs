@@ -519,15 +519,7 @@ async fn generate(State(mock): State<Arc<Mock>>, body: Bytes) -> Response {
         events.push(json!({"request_id": id, "choices": [], "usage": response.get("usage")}));
         return sse(&events);
     }
-    let bytes = match serde_json::to_vec(&response) {
-        Ok(bytes) => bytes,
-        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, format!("mock: {e}")),
-    };
-    if mock.fault == Fault::Truncated {
-        // The headers and half the body go out; then the body fails.
-        return truncated(bytes);
-    }
-    ([(header::CONTENT_TYPE, "application/json")], bytes).into_response()
+    whole(&mock, &response)
 }
 
 /// The SGLang bootstrap fields of `body`: its room (the first, for a
@@ -725,7 +717,13 @@ async fn sglang_generate(State(mock): State<Arc<Mock>>, body: Bytes) -> Response
         };
         return sse(&sglang_events(&response));
     }
-    let bytes = match serde_json::to_vec(&response) {
+    whole(&mock, &response)
+}
+
+/// `response` as a whole JSON body, or, with the `truncated` fault, its
+/// headers and half of it before the body fails.
+fn whole(mock: &Mock, response: &Value) -> Response {
+    let bytes = match serde_json::to_vec(response) {
         Ok(bytes) => bytes,
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, format!("mock: {e}")),
     };

@@ -777,6 +777,23 @@ fn the_trainer_law_catches_a_cut_one_early_and_unstitched_weights() {
     );
 }
 
+/// How many of a response's `routed_experts` segments start inside the one
+/// before them (a re-emission), over all its choices.
+fn overlaps(response: &Value) -> usize {
+    let mut n = 0;
+    for choice in response["choices"].as_array().unwrap() {
+        let segs: Vec<(u64, u64)> = choice["payload"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["field"] == "routed_experts")
+            .map(|s| (s["pos"].as_u64().unwrap(), s["rows"].as_u64().unwrap()))
+            .collect();
+        n += segs.windows(2).filter(|w| w[1].0 < w[0].0 + w[0].1).count();
+    }
+    n
+}
+
 /// Re-emission matters: a reader that kept the earlier copy of re-emitted
 /// rows (first wins) would read stale rows, so the simulator's decode
 /// payloads do overlap, and the later copy is the truth.
@@ -789,17 +806,7 @@ fn re_emitted_rows_overlap_and_the_later_copy_is_the_one_read() {
         .into_iter()
         .find(|(m, _)| *m == Mode::ByHandle)
         .unwrap();
-    let mut overlapping = 0;
-    for choice in by_handle.decode["choices"].as_array().unwrap() {
-        let segs: Vec<(u64, u64)> = choice["payload"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|s| s["field"] == "routed_experts")
-            .map(|s| (s["pos"].as_u64().unwrap(), s["rows"].as_u64().unwrap()))
-            .collect();
-        overlapping += segs.windows(2).filter(|w| w[1].0 < w[0].0 + w[0].1).count();
-    }
+    let overlapping = overlaps(&by_handle.decode);
     let splits: usize = request.preemptions.iter().map(Vec::len).sum();
     assert!(
         splits == 0 || overlapping > 0,
@@ -840,16 +847,7 @@ fn a_re_emitting_decode_compares_equal_and_strict_accepts_it_but_not_a_gap() {
         );
         assert_eq!(got, Ok(true), "request {index}");
         assert_eq!(strict, plain, "request {index}");
-        for choice in plain["choices"].as_array().unwrap() {
-            let segs: Vec<(u64, u64)> = choice["payload"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|s| s["field"] == "routed_experts")
-                .map(|s| (s["pos"].as_u64().unwrap(), s["rows"].as_u64().unwrap()))
-                .collect();
-            overlapping += segs.windows(2).filter(|w| w[1].0 < w[0].0 + w[0].1).count();
-        }
+        overlapping += overlaps(&plain);
         // A gap: the decode's last routed segment moved three positions on,
         // past the two rows re-emitted over the one before it. The trainer
         // would read the fill at the position left; strict refuses (Layout),
