@@ -72,8 +72,10 @@
 //!   kind. These are the upstream router's names, so pd-stitch is a drop-in.
 //! - [`prefill_has_routed_experts`]: whether the prefill has rows to stitch.
 //! - [`Stitcher`], for other fields than the default ones ([`DEFAULT_FIELDS`])
-//!   or strict mode: [`Stitcher::merge`], [`Stitcher::merge_bytes`] and
-//!   [`Stitcher::merge_bytes_with`], each told what to stitch by a [`Stitch`].
+//!   or strict mode: [`Stitcher::merge`], [`Stitcher::merge_bytes`],
+//!   [`Stitcher::merge_bytes_with`] (into memory the caller allocates) and
+//!   [`Stitcher::merge_bytes_in`] (in place in a [`bytes::Buffer`] its owner
+//!   resizes), each told what to stitch by a [`Stitch`].
 //! - [`Error`], with [`Error::kind`] to classify it ([`ErrorKind`]) and
 //!   [`Error::location`] to say where it is ([`Location`]).
 //!

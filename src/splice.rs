@@ -196,10 +196,39 @@ impl Part<'_> {
 /// each unchanged run of bytes at most once and allocating nothing when the
 /// length does not change.
 pub(crate) fn apply(buf: &mut Vec<u8>, edits: &[Edit<'_>]) {
-    if edits.iter().any(Edit::reads_buffer) {
+    if reads_buffer(edits) {
         return rewrite(buf, edits);
     }
     let old_len = buf.len();
+    let new_len = new_len(old_len, edits);
+    if new_len > old_len {
+        // Grown once, to the exact length.
+        buf.reserve_exact(new_len - old_len);
+        buf.resize(new_len, 0);
+    }
+    apply_in(buf, old_len, edits);
+    buf.truncate(new_len);
+}
+
+/// Whether any of `edits` reads the buffer it edits, so that they cannot
+/// be made in place ([`apply_in`] refuses them).
+pub(crate) fn reads_buffer(edits: &[Edit<'_>]) -> bool {
+    edits.iter().any(Edit::reads_buffer)
+}
+
+/// Makes `edits` (sorted, not overlapping, within the first `old_len`
+/// bytes, none [reading the buffer](reads_buffer)) in `buf`, whose first
+/// `old_len` bytes are the text they were made for and which is at least
+/// as long as both that text and the edited one: the edited text is then
+/// `buf`'s first [`new_len`]`(old_len, edits)` bytes, and any bytes after
+/// it are left over. Moves each unchanged run of bytes at most once and
+/// allocates nothing. Returns `false`, having written nothing, when `buf`
+/// is too short or an edit reads the buffer.
+pub(crate) fn apply_in(buf: &mut [u8], old_len: usize, edits: &[Edit<'_>]) -> bool {
+    let new_len = new_len(old_len, edits);
+    if buf.len() < old_len.max(new_len) || reads_buffer(edits) {
+        return false;
+    }
     // The unchanged runs: before each edit, and after the last. A run moves
     // by the total change in length of the edits before it.
     let mut runs = Vec::with_capacity(edits.len() + 1);
@@ -211,12 +240,6 @@ pub(crate) fn apply(buf: &mut Vec<u8>, edits: &[Edit<'_>]) {
         from = edit.range.end;
     }
     runs.push((from..old_len, shift));
-    let new_len = (old_len as isize + shift) as usize;
-    if new_len > old_len {
-        // Grown once, to the exact length.
-        buf.reserve_exact(new_len - old_len);
-        buf.resize(new_len, 0);
-    }
     // A run moving left can only land on bytes of runs before it, and one
     // moving right only on bytes of runs after it; and no run lands on a
     // run's bytes that move the other way (the order of the runs is kept).
@@ -237,7 +260,7 @@ pub(crate) fn apply(buf: &mut Vec<u8>, edits: &[Edit<'_>]) {
         }
         shift += edit.len() as isize - edit.range.len() as isize;
     }
-    buf.truncate(new_len);
+    true
 }
 
 /// [`apply`] into a new buffer of the exact length, written front to back
@@ -366,6 +389,23 @@ mod tests {
             let mut got = buf.clone();
             apply(&mut got, &edits);
             prop_assert_eq!(&got, &expected);
+            // In place in a longer buffer, junk after the text: the edited
+            // text is its first bytes; in a buffer too short, nothing.
+            let len = new_len(buf.len(), &edits);
+            let room = buf.len().max(len);
+            let mut long = buf.clone();
+            long.resize(room + 3, 0xab);
+            prop_assert_eq!(apply_in(&mut long, buf.len(), &edits), !reads_buffer(&edits));
+            if !reads_buffer(&edits) {
+                prop_assert_eq!(&long[..len], &expected[..]);
+            }
+            let mut short = buf.clone();
+            short.resize(room, 0xab);
+            if let Some(cut) = room.checked_sub(1) {
+                let before = short[..cut].to_vec();
+                prop_assert!(!apply_in(&mut short[..cut], buf.len(), &edits));
+                prop_assert_eq!(&short[..cut], &before[..]);
+            }
             // And into a buffer of the caller's, the input untouched.
             let mut out = vec![0xee; new_len(buf.len(), &edits)];
             write_into(&buf, &edits, &mut out);

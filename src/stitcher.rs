@@ -231,6 +231,26 @@ impl Stitcher {
         crate::bytes::merge(self.spec(what), prefill, decode)
     }
 
+    /// [`merge_bytes`](Stitcher::merge_bytes) on a decode held in any
+    /// [`Buffer`](crate::bytes::Buffer): memory the merge rewrites in place
+    /// but that its owner resizes (a Python `bytearray`, a fixed region).
+    /// The buffer is asked to take the merged length before anything is
+    /// written, and is left as it was on `Ok(false)` and on error.
+    ///
+    /// # Errors
+    ///
+    /// As [`merge_bytes`](Stitcher::merge_bytes), converted into the
+    /// buffer's error type, or the buffer's own error when it cannot take
+    /// the merged length.
+    pub fn merge_bytes_in<B: crate::bytes::Buffer + ?Sized>(
+        &self,
+        prefill: &[u8],
+        decode: &mut B,
+        what: Stitch,
+    ) -> Result<bool, B::Error> {
+        crate::bytes::merge(self.spec(what), prefill, decode)
+    }
+
     /// The bytes merge of the rows `what` names, reading `decode` where it is
     /// and handing the merged decode to `write` as a
     /// [`Stitched`](crate::bytes::Stitched), which

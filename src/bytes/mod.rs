@@ -77,9 +77,12 @@
 //! # Ok::<(), pd_stitch::Error>(())
 //! ```
 
+mod buffer;
 mod scan;
 mod view;
 mod write;
+
+pub use buffer::Buffer;
 
 use crate::error::{Error, Side};
 use crate::fields::DEFAULT_FIELDS;
@@ -184,22 +187,23 @@ pub(crate) fn scan(side: Side, text: &[u8]) -> Result<Doc<'_>, Error> {
     })
 }
 
-/// The bytes merge as `spec` says.
-pub(crate) fn merge<S: AsRef<str>>(
+/// The bytes merge as `spec` says, of the decode `decode` holds, rewritten
+/// in place.
+pub(crate) fn merge<S: AsRef<str>, B: Buffer + ?Sized>(
     spec: Spec<'_, S>,
     prefill: &[u8],
-    decode: &mut Vec<u8>,
-) -> Result<bool, Error> {
+    decode: &mut B,
+) -> Result<bool, B::Error> {
     let prefill = scan(Side::Prefill, prefill)?;
     let edits = {
-        let doc = scan(Side::Decode, decode)?;
+        let doc = scan(Side::Decode, decode.bytes())?;
         let plan = merge::plan(spec, ScannedValue::root(&prefill), ScannedValue::root(&doc))?;
         match plan {
             None => return Ok(false),
             Some(plan) => write::edits(plan, ScannedValue::root(&prefill), &doc),
         }
     };
-    crate::splice::apply(decode, &edits);
+    buffer::apply(decode, &edits)?;
     Ok(true)
 }
 

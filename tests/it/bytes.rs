@@ -19,6 +19,7 @@
 use std::ops::Range;
 
 use crate::support::*;
+use pd_stitch::bytes::Buffer;
 use pd_stitch::testing::{cases, Knobs};
 use pd_stitch::Stitch;
 use pd_stitch::{Error, Stitcher};
@@ -314,6 +315,121 @@ fn only_stitched_values_changed(
     Ok(())
 }
 
+/// A decode at the start of a region of memory whose other bytes are junk,
+/// as a [`Buffer`] the merge rewrites in place: it records what the merge
+/// asks of it, and refuses lengths past `refuse_past`.
+struct Region {
+    memory: Vec<u8>,
+    len: usize,
+    refuse_past: usize,
+    prepared: Vec<usize>,
+    truncated: Vec<usize>,
+    written: bool,
+}
+
+#[derive(Debug, PartialEq)]
+enum RegionError {
+    Merge(Error),
+    Refused(usize),
+}
+
+impl From<Error> for RegionError {
+    fn from(err: Error) -> RegionError {
+        RegionError::Merge(err)
+    }
+}
+
+impl Region {
+    /// `decode` in memory of room for `room` bytes and more.
+    fn new(decode: &[u8], room: usize, refuse_past: usize) -> Region {
+        // Junk after the decode that a merge must never leave in its output.
+        let mut memory = decode.to_vec();
+        memory.resize(decode.len().max(room) + 64, b'#');
+        Region {
+            memory,
+            len: decode.len(),
+            refuse_past,
+            prepared: Vec::new(),
+            truncated: Vec::new(),
+            written: false,
+        }
+    }
+}
+
+impl Buffer for Region {
+    type Error = RegionError;
+    fn bytes(&self) -> &[u8] {
+        &self.memory[..self.len]
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        self.written = true;
+        &mut self.memory[..self.len]
+    }
+    fn prepare(&mut self, len: usize) -> Result<(), RegionError> {
+        self.prepared.push(len);
+        if len > self.refuse_past || len > self.memory.len() {
+            return Err(RegionError::Refused(len));
+        }
+        self.len = self.len.max(len);
+        Ok(())
+    }
+    fn truncate(&mut self, len: usize) {
+        self.truncated.push(len);
+        self.len = len;
+    }
+}
+
+/// `merge_bytes_in` on a [`Region`] gives what `merge_bytes` gives, `got`
+/// and `out`: asked for the merged length once before anything is written,
+/// shortened only when the merge is shorter, and untouched (nothing asked,
+/// nothing written) when there is nothing to stitch or on error. A region
+/// that refuses the merged length gets that refusal back, its bytes the
+/// decode's.
+fn check_in_place(
+    stitcher: &Stitcher,
+    ptext: &[u8],
+    dtext: &[u8],
+    what: Stitch,
+    got: &Result<bool, Error>,
+    out: &[u8],
+    name: &str,
+) -> Result<(), TestCaseError> {
+    let mut region = Region::new(dtext, out.len(), usize::MAX);
+    let result = stitcher.merge_bytes_in(ptext, &mut region, what);
+    prop_assert_eq!(
+        &result,
+        &got.clone().map_err(RegionError::Merge),
+        "{}",
+        name
+    );
+    prop_assert_eq!(region.bytes(), out, "{}", name);
+    if *got == Ok(true) {
+        prop_assert_eq!(&region.prepared, &vec![out.len()], "{}", name);
+        let shorter: Vec<usize> = (out.len() < dtext.len())
+            .then_some(out.len())
+            .into_iter()
+            .collect();
+        prop_assert_eq!(&region.truncated, &shorter, "{}", name);
+        // Refused: the refusal, and the decode's bytes as they were.
+        let mut tight = Region::new(dtext, out.len(), out.len() - 1);
+        prop_assert_eq!(
+            stitcher.merge_bytes_in(ptext, &mut tight, what),
+            Err(RegionError::Refused(out.len())),
+            "{}",
+            name
+        );
+        prop_assert_eq!(tight.bytes(), dtext, "{}", name);
+        prop_assert!(!tight.written && tight.truncated.is_empty(), "{}", name);
+    } else {
+        prop_assert!(
+            region.prepared.is_empty() && region.truncated.is_empty() && !region.written,
+            "{}: the buffer was asked or written without Ok(true)",
+            name
+        );
+    }
+    Ok(())
+}
+
 /// Checks B1, B2 and B4 for one pair written in two styles.
 fn check(
     prefill: &Value,
@@ -343,6 +459,7 @@ fn check(
                 stitched.write_into(&mut wrong.clone()),
             )
         });
+        check_in_place(stitcher, &ptext, &dtext, what, &got, &out, name)?;
         match (&got, written) {
             (Ok(true), Ok(Some((true, buf, false)))) => prop_assert_eq!(&buf, &out, "{}", name),
             (Ok(false), Ok(None)) => {}
@@ -482,6 +599,7 @@ proptest! {
             let is_json_error = matches!(&got, Err(Error::Json { side: s, .. }) if *s == side);
             prop_assert!(is_json_error, "{}: {:?}", name, got);
             prop_assert_eq!(&out, &dtext, "{}", name);
+            check_in_place(&Stitcher::new(), &ptext, &dtext, what, &got, &dtext, name)?;
             let with = Stitcher::new().merge_bytes_with(&ptext, &dtext, what, |s| s.len());
             prop_assert_eq!(with, got.map(|_| None), "{}", name);
         }
