@@ -28,15 +28,17 @@ def merge_routed_experts_for_pd(
     fields: Optional[Iterable[str]] = None,
     strict: bool = False,
     row_shape: Optional[Tuple[int, int]] = None,
-) -> Union[_Body, bytes]:
+) -> _Body:
     """Stitch inline rows, rows by handle and SGLang's rows
     (``meta_info.routed_experts``, ``sglext.routed_experts``, a ``/generate``
     batch array as bytes or str) at once. ``row_shape=(layers, top_k)``
     places SGLang's rows, which carry no shape: without it, a pair whose
     lengths fit two row widths is a ``StitchError`` of kind ``Positions``.
-    The result has the decode's type (bytes for a bytearray); with nothing to
-    stitch, the decode object itself comes back. A dict input is never
-    modified."""
+    The result has the decode's type; with nothing to stitch, the decode
+    object itself comes back. A dict input is never modified; a bytearray
+    decode is merged where it is (grown or shortened) and returned, left as
+    it was on error, and must not be used by another thread meanwhile (a
+    ``BufferError`` if it is exported elsewhere and its length must change)."""
 
 def merge_routed_payload_in_json(
     prefill: _Prefill,
@@ -44,7 +46,7 @@ def merge_routed_payload_in_json(
     *,
     fields: Optional[Iterable[str]] = None,
     strict: bool = False,
-) -> Union[_Body, bytes]:
+) -> _Body:
     """Stitch the payload segments (rows by handle)."""
 
 def merge_routed_experts_in_json(
@@ -53,7 +55,7 @@ def merge_routed_experts_in_json(
     *,
     fields: Optional[Iterable[str]] = None,
     strict: bool = False,
-) -> Union[_Body, bytes]:
+) -> _Body:
     """Stitch the inline `routed_experts` (compact or npy)."""
 
 def prefill_has_routed_experts(

@@ -17,24 +17,31 @@
 //! - `gather` hands the bytes it read to NumPy without copying them (a
 //!   `Vec<u8>` becomes the array's buffer, viewed as the rows' dtype).
 //!
-//! One function needs `unsafe`, and it stays alone in one file,
-//! `detached_bytes.rs` (the only `#[allow(unsafe_code)]` under this root's
-//! `deny`): [`detached_bytes::bytes_written_detached`], which creates a
-//! `bytes` object and fills it with the GIL released. PyO3's safe constructor zeroes the new buffer with
-//! the GIL held, which for the tens of megabytes of inline rows is tens of
-//! milliseconds (mostly page faults) in which no other thread of a proxy
-//! runs. Everything else goes through PyO3's and the `numpy` crate's safe
+//! Two things need `unsafe`, each alone in one file, the only places with
+//! `#[allow(unsafe_code)]` under this root's `deny`:
+//!
+//! - `detached_bytes.rs`: [`detached_bytes::bytes_written_detached`]
+//!   creates a `bytes` object and fills it with the GIL released. PyO3's
+//!   safe constructor zeroes the new buffer with the GIL held, which for
+//!   the tens of megabytes of inline rows is tens of milliseconds (mostly
+//!   page faults) in which no other thread of a proxy runs.
+//! - `bytearray_buffer.rs`: [`bytearray_buffer::PinnedByteArray`] lets the
+//!   merge rewrite a `bytearray` decode where it is, with the GIL released,
+//!   its storage pinned by a `memoryview` of it; PyO3 has no safe access to
+//!   a bytearray's bytes that outlives the GIL.
+//!
+//! Everything else goes through PyO3's and the `numpy` crate's safe
 //! interfaces.
 
-//!
 //! The modules: `errors` (`StitchError`), `conversion` (Python objects in
 //! and out), `merges` (the four merge functions), `readers` (`gather` and
-//! `check`), `stream` (`StreamStitcher`), `detached_bytes` (the unsafe
-//! function); this file holds the
+//! `check`), `stream` (`StreamStitcher`), `detached_bytes` and `bytearray_buffer`
+//! (the unsafe code); this file holds the
 //! module definition.
 
 #![deny(unsafe_code)]
 
+mod bytearray_buffer;
 mod conversion;
 mod detached_bytes;
 mod errors;

@@ -4,8 +4,9 @@
 use pd_stitch::{Side, Stitch, Stitcher};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyString};
+use pyo3::types::{PyByteArray, PyBytes, PyString};
 
+use crate::bytearray_buffer::{InPlaceError, PinnedByteArray};
 use crate::conversion::{body, merged_dict, skeleton, text, value, Body};
 use crate::detached_bytes::bytes_written_detached;
 use crate::errors::stitch_error;
@@ -62,6 +63,20 @@ fn merge<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let stitcher = stitcher(fields, strict, row_shape)?;
     let prefill_body = body(prefill, "prefill")?;
+    if let Ok(array) = decode.cast::<PyByteArray>() {
+        // Merged where it is, grown or shortened, and returned: no second
+        // copy of a decode that may be tens of megabytes. The prefill was
+        // copied above if it is a bytearray (it may be this one).
+        let prefill_text = text(prefill, prefill_body)?;
+        let mut pinned = PinnedByteArray::new(array)?;
+        let merged = py.detach(|| stitcher.merge_bytes_in(&prefill_text, &mut pinned, kind));
+        let released = pinned.release(py);
+        return match merged {
+            Ok(_) => released.map(|()| decode.clone()),
+            Err(InPlaceError::Stitch(err)) => Err(stitch_error(py, &err)),
+            Err(InPlaceError::Python(err)) => Err(err),
+        };
+    }
     match body(decode, "decode")? {
         Body::Text(decode_text) if decode.is_instance_of::<PyString>() => {
             let prefill_text = text(prefill, prefill_body)?;

@@ -127,7 +127,7 @@ pub(crate) fn check<'py>(
 fn segment_of(item: &Bound<'_, PyAny>, k: usize) -> PyResult<Segment<String>> {
     let bad = |what: &str| PyValueError::new_err(format!("segments[{k}]: {what}"));
     let get = |key: &str, index: usize| -> PyResult<Bound<'_, PyAny>> {
-        if let Ok(dict) = item.downcast::<PyDict>() {
+        if let Ok(dict) = item.cast::<PyDict>() {
             dict.get_item(key)?.ok_or_else(|| bad(&format!("no {key:?}")))
         } else if item.is_instance_of::<PyList>() || item.is_instance_of::<PyTuple>() {
             if item.len()? != 7 {

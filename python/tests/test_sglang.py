@@ -51,7 +51,10 @@ def test_both_conventions_in_every_type(suffix, kind):
     d = convert(decode)
     before = copy.deepcopy(d)
     merged = pd_stitch.merge_routed_experts_for_pd(convert(prefill), d, row_shape=(2, 3))
-    assert d == before
+    if kind == "bytearray":
+        assert merged is d  # merged where it is (test_in_place.py)
+    else:
+        assert d == before
     value = merged if isinstance(merged, dict) else json.loads(merged)
     assert value == colocated
     assert ids_of(value["meta_info"]["routed_experts"]) == rows(1, 10, 6)

@@ -39,7 +39,8 @@ def ticks_inside(start, end, ticks):
 
 def test_a_thread_keeps_running_during_a_long_merge():
     p, d = compact_pair(prompt=32 * 1024, positions=64 * 1024)
-    for merge_input in [(p, d), (p.decode(), d.decode())]:
+    # bytes, str, and a bytearray merged where it is.
+    for merge_input in [(p, d), (p.decode(), d.decode()), (p, bytearray(d))]:
         start, end, ticks = ticks_during(lambda: pd_stitch.merge_routed_experts_for_pd(*merge_input))
         took = end - start
         assert took > 0.02, "the merge is too quick to show anything"
