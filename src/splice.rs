@@ -344,16 +344,40 @@ mod tests {
             let buf = proptest::collection::vec(any::<u8>(), len);
             let cuts = proptest::collection::vec(0..=len, 0..8);
             let texts = proptest::collection::vec(
-                (proptest::collection::vec(any::<u8>(), 0..12), any::<bool>()),
+                (
+                    proptest::collection::vec(any::<u8>(), 0..12),
+                    any::<bool>(),
+                    any::<bool>(),
+                ),
                 8,
             );
-            (buf, cuts, texts).prop_map(|(buf, mut cuts, texts)| {
+            (buf, cuts, texts).prop_map(|(mut buf, mut cuts, texts)| {
                 cuts.sort_unstable();
+                // Base64 of the buffer itself ("ABCDEFGHI"), for edits that
+                // re-encode it, when the buffer is long enough to hold it.
+                const PLANTED: &[u8] = b"QUJDREVGR0hJ";
+                let planted = buf.len() >= PLANTED.len();
+                if planted {
+                    buf[..PLANTED.len()].copy_from_slice(PLANTED);
+                }
                 let edits = cuts
                     .chunks(2)
                     .zip(texts)
-                    .map(|(pair, (text, quoted))| {
+                    .map(|(pair, (text, quoted, rewritten))| {
                         let mut edit = Edit::new(pair[0]..*pair.last().unwrap_or(&pair[0]), text);
+                        if rewritten && planted {
+                            // Its bytes 3..9, widened, read from the buffer
+                            // as it was.
+                            let source = Base64::parse(PLANTED).unwrap();
+                            let run = Decoded {
+                                source,
+                                from: 3,
+                                to: 9,
+                                narrow: 1,
+                                wide: 2,
+                            };
+                            edit.push_rewritten(0..PLANTED.len(), run);
+                        }
                         if quoted {
                             edit.parts.insert(0, Part::Slice(b"\""));
                             edit.push_slice(b"'");
@@ -428,6 +452,41 @@ mod tests {
                 prop_assert_eq!(edit.has_line_break(&[]), breaks);
             }
         }
+    }
+
+    /// A part that re-encodes the buffer's own text reads it as it was,
+    /// in every writer: "DEFGHI" of the buffer's base64, widened to two
+    /// bytes each, is base64 of 44 00 45 00 .. 49 00 (by hand).
+    #[test]
+    fn a_rewritten_part_reads_the_buffer_as_it_was() {
+        let buf = b"QUJDREVGR0hJ|tail".to_vec();
+        let source = Base64::parse(&buf[..12]).unwrap();
+        let run = Decoded {
+            source,
+            from: 3,
+            to: 9,
+            narrow: 1,
+            wide: 2,
+        };
+        // Replaces the base64 itself, so it must be read before it is written.
+        let mut edit = Edit::empty(0..12);
+        edit.push_rewritten(0..12, run);
+        let edits = [edit];
+        let expected = b"RABFAEYARwBIAEkA|tail";
+        let mut applied = buf.clone();
+        apply(&mut applied, &edits);
+        assert_eq!(applied, expected);
+        let mut written = vec![0; new_len(buf.len(), &edits)];
+        write_into(&buf, &edits, &mut written);
+        assert_eq!(written, expected);
+        let mut appended = Vec::new();
+        extend_into(&buf, &edits, &mut appended);
+        assert_eq!(appended, expected);
+        // In place it cannot be made: refused, nothing written.
+        let mut room = buf.clone();
+        room.resize(64, 0);
+        assert!(!apply_in(&mut room, buf.len(), &edits));
+        assert_eq!(&room[..buf.len()], &buf[..]);
     }
 
     #[test]
