@@ -560,3 +560,130 @@ fn check_reads_csr_offsets_and_flags_what_the_trainer_misreads() {
         short.problems
     );
 }
+
+fn int32s(reading: &crate::reading::Reading) -> Vec<i32> {
+    reading
+        .data()
+        .chunks(4)
+        .map(|b| i32::from_le_bytes(b.try_into().unwrap()))
+        .collect()
+}
+
+/// `read_choice_field` reads the field's own segments (not another field's)
+/// each from its own file, later segments winning, the fill where none
+/// covers; a window no segment reaches (so nothing to read from any file)
+/// is the fill throughout. Expected values by hand.
+#[test]
+fn read_choice_field_reads_each_segment_from_its_own_file() {
+    let mut store = Store::memory();
+    store.write("a.bin", vec![10, 11, 12]).unwrap();
+    store.write("b.bin", vec![20, 21, 22]).unwrap();
+    store.write("w.bin", 0.5f32.to_le_bytes().repeat(4)).unwrap();
+    let response = one_choice(vec![
+        json!({"field": ROUTED_EXPERTS, "file": "a.bin", "offset": 0, "pos": 0, "rows": 3,
+               "dtype": "uint8", "shape": []}),
+        json!({"field": "routed_expert_weights", "file": "w.bin", "offset": 0, "pos": 0,
+               "rows": 4, "dtype": "float32", "shape": []}),
+        json!({"field": ROUTED_EXPERTS, "file": "b.bin", "offset": 1, "pos": 2, "rows": 2,
+               "dtype": "uint8", "shape": []}),
+    ]);
+    let r = read_choice_field(&response, 0, ROUTED_EXPERTS, 0, 5, &store)
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.values(), crate::reading::Values::Int32);
+    assert_eq!(r.shape(), [5]);
+    assert_eq!(int32s(&r), [10, 11, 21, 22, 0]);
+    // Positions [7, 9): no segment reaches them, no byte is read.
+    let outside = read_choice_field(&response, 0, ROUTED_EXPERTS, 7, 9, &store)
+        .unwrap()
+        .unwrap();
+    assert_eq!(outside.shape(), [2]);
+    assert_eq!(int32s(&outside), [0, 0]);
+    // A CSR field whose only segment lies outside the window: its offsets
+    // are read, its values are not (none in the window), the fill -1.
+    store.write("m.bin", [8u32, 12, 7].iter().flat_map(|x| x.to_le_bytes()).collect()).unwrap();
+    let masked = one_choice(vec![json!({"field": "sampling_mask", "file": "m.bin", "offset": 0,
+        "pos": 0, "rows": 1, "dtype": "uint32", "shape": []})]);
+    let mask = read_choice_field(&masked, 0, "sampling_mask", 3, 5, &store)
+        .unwrap()
+        .unwrap();
+    assert_eq!(mask.shape(), [2, 1]);
+    assert_eq!(int32s(&mask), [-1, -1]);
+    assert_eq!(
+        int32s(&read_choice_field(&masked, 0, "sampling_mask", 0, 1, &store).unwrap().unwrap()),
+        [7]
+    );
+}
+
+/// Segments over more files than one thread reads: every answer is its own
+/// segment's, in payload order, whichever thread read it.
+#[test]
+fn read_field_over_many_files_answers_each_segment_in_order() {
+    let mut store = Store::memory();
+    let mut payload = Vec::new();
+    for k in 0..9u8 {
+        let name = format!("f{k}.bin");
+        store.write(&name, vec![k, 100 + k]).unwrap();
+        payload.push(json!({"field": ROUTED_EXPERTS, "file": name, "offset": 1, "pos": k,
+                            "rows": 1, "dtype": "uint8", "shape": []}));
+    }
+    let r = read_choice_field(&one_choice(payload), 0, ROUTED_EXPERTS, 0, 9, &store)
+        .unwrap()
+        .unwrap();
+    assert_eq!(int32s(&r), (100..109).collect::<Vec<i32>>());
+}
+
+/// Inline rows stand for `routed_experts` when the choice has no segment of
+/// it and they are not null; another field without segments is `None`,
+/// even beside inline rows.
+#[test]
+fn read_choice_field_reads_inline_rows_for_routed_experts_only() {
+    // Compact rows [1, 2], [3, 4] at positions 3, 4.
+    let compact = json!({"data": "AQIDBA==", "shape": [2, 1, 2], "start": 3, "dtype": "uint8"});
+    let response = json!({"choices": [{"routed_experts": compact}]});
+    let store = Store::memory();
+    let r = read_choice_field(&response, 0, ROUTED_EXPERTS, 2, 5, &store)
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.shape(), [3, 1, 2]);
+    assert_eq!(int32s(&r), [0, 0, 1, 2, 3, 4]);
+    let weights = read_choice_field(&response, 0, "routed_expert_weights", 2, 5, &store).unwrap();
+    assert!(weights.is_none(), "{weights:?}");
+    let null = json!({"choices": [{"routed_experts": null}]});
+    assert!(read_choice_field(&null, 0, ROUTED_EXPERTS, 0, 2, &store)
+        .unwrap()
+        .is_none());
+}
+
+/// CSR offsets the trainer reads rightly although check's arithmetic
+/// could slip: a table at an odd byte (values unaligned, a whole number of
+/// values apart), and rows all empty with the file ending right after the
+/// offsets.
+#[test]
+fn check_accepts_unaligned_csr_values_and_a_table_that_ends_the_file() {
+    let one = |bytes: Vec<u8>, offset: u64, rows: u64| -> FieldReport {
+        let seg = json!({"field": "sampling_mask", "file": "m.bin", "offset": offset, "pos": 3,
+                         "rows": rows, "dtype": "uint32", "shape": []});
+        let mut store = Store::memory();
+        store.write("m.bin", bytes).unwrap();
+        check_from(&one_choice(vec![seg]), &store)
+            .fields
+            .into_iter()
+            .next()
+            .unwrap()
+    };
+    // One byte of something else, then the offsets 13, 17, 25 and three
+    // values: rows of 1 and 2 values starting at byte 13.
+    let mut odd = vec![0xee];
+    for x in [13u32, 17, 25] {
+        odd.extend(x.to_le_bytes());
+    }
+    odd.extend([0u8; 12]);
+    let report = one(odd, 1, 2);
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    // Two empty rows: the offsets 12, 12, 12 and nothing after them.
+    let empty: Vec<u8> = [12u32, 12, 12].iter().flat_map(|x| x.to_le_bytes()).collect();
+    let report = one(empty, 0, 2);
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert_eq!(report.coverage, vec![Rows::new(3, 5).unwrap()]);
+}

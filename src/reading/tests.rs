@@ -656,4 +656,15 @@ fn the_trainer_table_has_the_four_fields_and_another_can_be_added() {
     let more = table.with(FieldSpec::new("indexer_topk", Layout::Fixed, Fill::Int(-1)));
     assert_eq!(more.get("indexer_topk").unwrap().fill, Fill::Int(-1));
     assert!(FieldTable::trainer().get("indexer_topk").is_none());
+    // Adding a field keeps the others; a field of the same name is replaced.
+    assert_eq!(more.fields().count(), 5);
+    assert_eq!(more.get("routed_experts").unwrap().fill, Fill::Int(0));
+    let replaced = FieldTable::trainer().with(FieldSpec::new(
+        "sampling_mask",
+        Layout::Fixed,
+        Fill::Int(7),
+    ));
+    assert_eq!(replaced.fields().count(), 4);
+    let mask = replaced.get("sampling_mask").unwrap();
+    assert_eq!((mask.layout, mask.fill), (Layout::Fixed, Fill::Int(7)));
 }

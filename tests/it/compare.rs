@@ -536,3 +536,136 @@ fn many_runs_compare_in_linear_time() {
     assert_eq!(c.only_in_b.len() as u64, n - 1);
     assert!(started.elapsed().as_secs() < 20, "{:?}", started.elapsed());
 }
+
+/// Appends one CSR segment to `file` as the trainer's writer lays it out
+/// (`rows + 1` uint32 file offsets, then the values) and returns its offset.
+fn put_csr(file: &mut Vec<u8>, rows: &[&[[u8; 4]]]) -> u64 {
+    let offset = file.len() as u64;
+    let mut at = offset as u32 + 4 * (rows.len() as u32 + 1);
+    file.extend(at.to_le_bytes());
+    for row in rows {
+        at += 4 * row.len() as u32;
+        file.extend(at.to_le_bytes());
+    }
+    for value in rows.iter().copied().flatten() {
+        file.extend(value);
+    }
+    offset
+}
+
+fn csr_seg(field: &str, file: &str, offset: u64, pos: u64, rows: u64) -> Value {
+    json!({"field": field, "file": file, "offset": offset, "pos": pos, "rows": rows,
+           "dtype": "uint32", "shape": []})
+}
+
+/// K1 for CSR fields: `sampling_mask` compares by the values its offsets
+/// point at (never by the offsets, which differ between the sides), each
+/// row padded with the fill -1 to the widest row of either side; a
+/// re-emitted row is read later-wins, and an empty row is the fill.
+/// Expected values written by hand.
+#[test]
+fn csr_masks_compare_by_value_padded_to_the_widest_row_of_either_side() {
+    let i = |x: i32| x.to_le_bytes();
+    let field = "sampling_mask";
+    // A: positions [2, 5): [3], [4, 5], [] in one segment (widest row 2);
+    // a routed_experts segment elsewhere, which is not this field's.
+    let mut a_file = vec![0u8; 8];
+    let a_off = put_csr(&mut a_file, &[&[i(3)], &[i(4), i(5)], &[]]);
+    let a = json!({"choices": [{"payload": [
+        {"field": "routed_experts", "file": "r.bin", "offset": 0, "pos": 0, "rows": 9,
+         "dtype": "uint8", "shape": []},
+        csr_seg(field, "a.bin", a_off, 2, 3),
+    ]}]});
+    let mut store_a = Store::memory();
+    store_a.write("a.bin", a_file).unwrap();
+    store_a.write("r.bin", vec![0; 9]).unwrap();
+    // B: [2, 4) holds [3], [9]; then a re-emission [3, 6) holds [5, 4], [],
+    // [7, 8, 9] (widest row 3): position 3 reads [5, 4], a permutation.
+    let mut b_file = Vec::new();
+    let b1 = put_csr(&mut b_file, &[&[i(3)], &[i(9)]]);
+    let b2 = put_csr(&mut b_file, &[&[i(5), i(4)], &[], &[i(7), i(8), i(9)]]);
+    let b = json!({"choices": [{"payload": [
+        csr_seg(field, "b.bin", b1, 2, 2),
+        csr_seg(field, "b.bin", b2, 3, 3),
+    ]}]});
+    let mut store_b = Store::memory();
+    store_b.write("b.bin", b_file).unwrap();
+    let options = Options {
+        field: field.to_owned(),
+        ..Options::default()
+    };
+    let report = compare(&a, &store_a, &b, &store_b, &options).unwrap();
+    assert_eq!(report.choices.len(), 1);
+    let c = &report.choices[0];
+    assert_eq!(c.row_shape, [1, 3]);
+    assert_eq!(c.positions, Some(Rows::new(2, 6).unwrap()));
+    assert_eq!((c.compared, c.equal_rows, c.equal_sets), (3, 2, 3));
+    assert_eq!(c.cells.at(2), Some(&[Cell::Equal][..]));
+    assert_eq!(c.cells.at(3), Some(&[Cell::SetEqual][..]));
+    assert_eq!(c.cells.at(4), Some(&[Cell::Equal][..]));
+    assert_eq!(c.only_in_b, [Rows::new(5, 6).unwrap()]);
+    assert!(c.only_in_a.is_empty());
+    assert_eq!(c.first_differences.len(), 1);
+    assert_eq!(c.first_differences[0].position, 3);
+    assert_eq!(c.first_differences[0].a, json!([[4, 5, -1]]));
+    assert_eq!(c.first_differences[0].b, json!([[5, 4, -1]]));
+    // The sides swapped: the same figures, one-sided the other way.
+    let swapped = compare(&b, &store_b, &a, &store_a, &options).unwrap();
+    let s = &swapped.choices[0];
+    assert_eq!((s.compared, s.equal_rows, s.equal_sets), (3, 2, 3));
+    assert_eq!(s.only_in_a, [Rows::new(5, 6).unwrap()]);
+    assert_eq!(s.first_differences[0].a, json!([[5, 4, -1]]));
+}
+
+/// K1 for `sampling_mask_logprobs`: float32 values, the narrower side
+/// padded with the fill -inf (so its row equals the wider side's, whose
+/// trailing entries the reading filled with -inf); a second choice only A
+/// has covers positions of A only.
+#[test]
+fn csr_logprobs_compare_by_value_padded_with_minus_infinity() {
+    let f = |x: f32| x.to_le_bytes();
+    let field = "sampling_mask_logprobs";
+    let mut a_file = Vec::new();
+    let a0 = put_csr(&mut a_file, &[&[f(-0.5)], &[f(-1.25), f(-2.0)]]);
+    let a1 = put_csr(&mut a_file, &[&[f(-3.0)]]);
+    let a = json!({"choices": [
+        {"payload": [csr_seg(field, "a.bin", a0, 0, 2)]},
+        {"payload": [csr_seg(field, "a.bin", a1, 7, 1)]},
+    ]});
+    let mut store_a = Store::memory();
+    store_a.write("a.bin", a_file).unwrap();
+    // B, one choice: the same rows, then one of 3 values at position 2.
+    let mut b_file = Vec::new();
+    let b0 = put_csr(
+        &mut b_file,
+        &[&[f(-0.5)], &[f(-1.25), f(-2.0)], &[f(0.0), f(-1.0), f(-9.5)]],
+    );
+    let b = json!({"choices": [{"payload": [csr_seg(field, "b.bin", b0, 0, 3)]}]});
+    let mut store_b = Store::memory();
+    store_b.write("b.bin", b_file).unwrap();
+    let options = Options {
+        field: field.to_owned(),
+        ..Options::default()
+    };
+    let report = compare(&a, &store_a, &b, &store_b, &options).unwrap();
+    assert_eq!(report.choices.len(), 2);
+    let c = &report.choices[0];
+    assert_eq!(c.row_shape, [1, 3]);
+    assert_eq!((c.compared, c.equal_rows, c.equal_sets), (2, 2, 2));
+    assert_eq!(c.only_in_b, [Rows::new(2, 3).unwrap()]);
+    assert!(c.first_differences.is_empty());
+    let second = &report.choices[1];
+    assert_eq!((second.compared, second.equal_rows), (0, 0));
+    assert_eq!(second.only_in_a, [Rows::new(7, 8).unwrap()]);
+    assert!(second.only_in_b.is_empty());
+    // One value changed on B's side: that row differs, the other is equal.
+    let mut b_other = Vec::new();
+    let b0 = put_csr(&mut b_other, &[&[f(-0.5)], &[f(-1.25), f(-2.5)]]);
+    let b = json!({"choices": [{"payload": [csr_seg(field, "b.bin", b0, 0, 2)]}]});
+    store_b.write("b.bin", b_other).unwrap();
+    let report = compare(&a, &store_a, &b, &store_b, &options).unwrap();
+    let c = &report.choices[0];
+    assert_eq!(c.row_shape, [1, 2]);
+    assert_eq!((c.compared, c.equal_rows, c.equal_sets), (2, 1, 1));
+    assert_eq!(c.first_differences[0].position, 1);
+}
