@@ -578,7 +578,9 @@ fn read_choice_field_reads_each_segment_from_its_own_file() {
     let mut store = Store::memory();
     store.write("a.bin", vec![10, 11, 12]).unwrap();
     store.write("b.bin", vec![20, 21, 22]).unwrap();
-    store.write("w.bin", 0.5f32.to_le_bytes().repeat(4)).unwrap();
+    store
+        .write("w.bin", 0.5f32.to_le_bytes().repeat(4))
+        .unwrap();
     let response = one_choice(vec![
         json!({"field": ROUTED_EXPERTS, "file": "a.bin", "offset": 0, "pos": 0, "rows": 3,
                "dtype": "uint8", "shape": []}),
@@ -601,16 +603,27 @@ fn read_choice_field_reads_each_segment_from_its_own_file() {
     assert_eq!(int32s(&outside), [0, 0]);
     // A CSR field whose only segment lies outside the window: its offsets
     // are read, its values are not (none in the window), the fill -1.
-    store.write("m.bin", [8u32, 12, 7].iter().flat_map(|x| x.to_le_bytes()).collect()).unwrap();
-    let masked = one_choice(vec![json!({"field": "sampling_mask", "file": "m.bin", "offset": 0,
-        "pos": 0, "rows": 1, "dtype": "uint32", "shape": []})]);
+    store
+        .write(
+            "m.bin",
+            [8u32, 12, 7].iter().flat_map(|x| x.to_le_bytes()).collect(),
+        )
+        .unwrap();
+    let masked = one_choice(vec![
+        json!({"field": "sampling_mask", "file": "m.bin", "offset": 0,
+        "pos": 0, "rows": 1, "dtype": "uint32", "shape": []}),
+    ]);
     let mask = read_choice_field(&masked, 0, "sampling_mask", 3, 5, &store)
         .unwrap()
         .unwrap();
     assert_eq!(mask.shape(), [2, 1]);
     assert_eq!(int32s(&mask), [-1, -1]);
     assert_eq!(
-        int32s(&read_choice_field(&masked, 0, "sampling_mask", 0, 1, &store).unwrap().unwrap()),
+        int32s(
+            &read_choice_field(&masked, 0, "sampling_mask", 0, 1, &store)
+                .unwrap()
+                .unwrap()
+        ),
         [7]
     );
 }
@@ -624,8 +637,10 @@ fn read_field_over_many_files_answers_each_segment_in_order() {
     for k in 0..9u8 {
         let name = format!("f{k}.bin");
         store.write(&name, vec![k, 100 + k]).unwrap();
-        payload.push(json!({"field": ROUTED_EXPERTS, "file": name, "offset": 1, "pos": k,
-                            "rows": 1, "dtype": "uint8", "shape": []}));
+        payload.push(
+            json!({"field": ROUTED_EXPERTS, "file": name, "offset": 1, "pos": k,
+                            "rows": 1, "dtype": "uint8", "shape": []}),
+        );
     }
     let r = read_choice_field(&one_choice(payload), 0, ROUTED_EXPERTS, 0, 9, &store)
         .unwrap()
@@ -682,7 +697,10 @@ fn check_accepts_unaligned_csr_values_and_a_table_that_ends_the_file() {
     let report = one(odd, 1, 2);
     assert!(report.problems.is_empty(), "{:?}", report.problems);
     // Two empty rows: the offsets 12, 12, 12 and nothing after them.
-    let empty: Vec<u8> = [12u32, 12, 12].iter().flat_map(|x| x.to_le_bytes()).collect();
+    let empty: Vec<u8> = [12u32, 12, 12]
+        .iter()
+        .flat_map(|x| x.to_le_bytes())
+        .collect();
     let report = one(empty, 0, 2);
     assert!(report.problems.is_empty(), "{:?}", report.problems);
     assert_eq!(report.coverage, vec![Rows::new(3, 5).unwrap()]);

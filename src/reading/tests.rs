@@ -659,12 +659,135 @@ fn the_trainer_table_has_the_four_fields_and_another_can_be_added() {
     // Adding a field keeps the others; a field of the same name is replaced.
     assert_eq!(more.fields().count(), 5);
     assert_eq!(more.get("routed_experts").unwrap().fill, Fill::Int(0));
-    let replaced = FieldTable::trainer().with(FieldSpec::new(
-        "sampling_mask",
-        Layout::Fixed,
-        Fill::Int(7),
-    ));
+    let replaced =
+        FieldTable::trainer().with(FieldSpec::new("sampling_mask", Layout::Fixed, Fill::Int(7)));
     assert_eq!(replaced.fields().count(), 4);
     let mask = replaced.get("sampling_mask").unwrap();
     assert_eq!((mask.layout, mask.fill), (Layout::Fixed, Fill::Int(7)));
+}
+
+/// A CSR file as the writer lays it out: each segment's `rows + 1` offsets
+/// and then its values, back to back; returns the segments' offsets.
+fn csr_file(segments: &[&[&[i32]]]) -> (Vec<u8>, Vec<u64>) {
+    let mut file = Vec::new();
+    let mut offsets = Vec::new();
+    for rows in segments {
+        let offset = file.len() as u64;
+        offsets.push(offset);
+        let mut at = offset as u32 + 4 * (rows.len() as u32 + 1);
+        file.extend(at.to_le_bytes());
+        for row in rows.iter() {
+            at += 4 * row.len() as u32;
+            file.extend(at.to_le_bytes());
+        }
+        for v in rows.iter().copied().flatten() {
+            file.extend(v.to_le_bytes());
+        }
+    }
+    (file, offsets)
+}
+
+/// F7: the trainer drops empty CSR segments before reading any offset, so
+/// an empty segment's offset may point anywhere, even past the file.
+#[test]
+fn an_empty_csr_segment_is_never_read() {
+    let (file, at) = csr_file(&[&[&[5, 6], &[7]]]);
+    let files = vec![file];
+    let segs = [
+        Segment::new("m", 0, at[0], 0, 2, Dtype::Uint32, vec![]).unwrap(),
+        Segment::new("m", 0, 1 << 20, 1, 0, Dtype::Uint32, vec![]).unwrap(),
+    ];
+    let r = read_segments(
+        &spec(Layout::Csr, Fill::Int(-1)),
+        &segs,
+        0,
+        3,
+        ReadOptions::default(),
+        memory(&files),
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(r.shape(), [3, 2]);
+    assert_eq!(ints(&r), [5, 6, 7, -1, -1, -1]);
+}
+
+/// F7: the window's values are read in one piece and must be as many
+/// whole values as its rows count; offsets that step back in the window
+/// raise before any value is read.
+#[test]
+fn csr_values_must_be_whole_and_counted_and_offsets_in_order() {
+    let spec = spec(Layout::Csr, Fill::Int(-1));
+    let read = |words: &[u32], rows: u64, extra: usize| {
+        let mut file: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        file.extend(vec![0u8; extra]);
+        let files = vec![file];
+        let segs = [Segment::new("m", 0, 0, 0, rows, Dtype::Uint32, vec![]).unwrap()];
+        read_segments(
+            &spec,
+            &segs,
+            0,
+            rows,
+            ReadOptions::default(),
+            memory(&files),
+        )
+    };
+    // Rows of 1 value and of 1 byte: 5 bytes in the window, 1 value counted
+    // (5 / 4 = 1), but not a whole number of values.
+    assert_eq!(
+        read(&[12, 16, 17], 2, 5),
+        Err(ReadError::Csr {
+            segment: 0,
+            start: 12,
+            end: 17
+        })
+    );
+    // The same file, the window on the first row only: it reads.
+    let files = {
+        let mut f: Vec<u8> = [12u32, 16, 17]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        f.extend(9i32.to_le_bytes());
+        f.push(0);
+        vec![f]
+    };
+    let segs = [Segment::new("m", 0, 0, 0, 2, Dtype::Uint32, vec![]).unwrap()];
+    let r = read_segments(&spec, &segs, 0, 1, ReadOptions::default(), memory(&files))
+        .unwrap()
+        .unwrap();
+    assert_eq!(ints(&r), [9]);
+    // The end before the start: refused by the offsets, nothing read.
+    assert_eq!(
+        read(&[20, 24, 16], 2, 12),
+        Err(ReadError::Csr {
+            segment: 0,
+            start: 20,
+            end: 16
+        })
+    );
+}
+
+/// F5: a segment only touching the window (ending at `lo`, or empty inside
+/// it) is clipped away, so its dtype and rank are never looked at.
+#[test]
+fn segments_that_only_touch_the_window_are_not_read() {
+    let files = vec![vec![1, 2, 3, 4]];
+    let segs = [
+        Segment::new("f", 0, 0, 2, 2, Dtype::Uint8, vec![]).unwrap(),
+        Segment::new("f", 0, 0, 0, 2, Dtype::Bfloat16, vec![]).unwrap(),
+        Segment::new("f", 0, 0, 3, 0, Dtype::Bfloat16, vec![]).unwrap(),
+        Segment::new("f", 0, 0, 4, 1, Dtype::Uint8, vec![1, 1]).unwrap(),
+    ];
+    let r = read_segments(
+        &spec(Layout::Fixed, Fill::Int(0)),
+        &segs,
+        2,
+        4,
+        ReadOptions::default(),
+        memory(&files),
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(r.shape(), [2]);
+    assert_eq!(ints(&r), [1, 2]);
 }
