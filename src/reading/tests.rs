@@ -791,3 +791,145 @@ fn segments_that_only_touch_the_window_are_not_read() {
     assert_eq!(r.shape(), [2]);
     assert_eq!(ints(&r), [1, 2]);
 }
+
+/// NumPy's casts on the values the generated cases rarely reach: halves of
+/// every class (normal, subnormal, signed zero, infinities, quiet and
+/// signalling NaNs with their payloads) and wide integers into float32;
+/// floats out of int32's range, NaN and near its ends into int32 (x86's
+/// conversion: `i32::MIN`). The expected values are written by hand, and
+/// agree with NumPy 1.26 (`astype` and assignment into an int32 array).
+#[test]
+fn element_casts_agree_with_numpy_at_their_edges() {
+    let halves: [u16; 12] = [
+        0x3c00, 0xc100, 0x0003, 0x8003, 0x7c00, 0xfc00, 0x7e01, 0xfd00, 0x7bff, 0x8000, 0x0400,
+        0x3555,
+    ];
+    let mut file: Vec<u8> = halves.iter().flat_map(|h| h.to_le_bytes()).collect();
+    let wide = file.len() as u64;
+    file.extend(u64::MAX.to_le_bytes());
+    file.extend((-5i8).to_le_bytes());
+    let files = vec![file];
+    let segs = [
+        Segment::new("f", 0, 0, 0, 12, Dtype::Float16, vec![]).unwrap(),
+        Segment::new("f", 0, wide, 12, 1, Dtype::Uint64, vec![]).unwrap(),
+        Segment::new("f", 0, wide + 8, 13, 1, Dtype::Int8, vec![]).unwrap(),
+    ];
+    let r = read_segments(
+        &spec(Layout::Fixed, Fill::Float(0.0)),
+        &segs,
+        0,
+        14,
+        ReadOptions::default(),
+        memory(&files),
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(r.values(), Values::Float32);
+    assert_eq!(
+        bits(&r),
+        [
+            0x3f80_0000, // 1.0
+            0xc020_0000, // -2.5
+            0x3440_0000, // 3 * 2^-24, a subnormal half
+            0xb440_0000, // its negative
+            0x7f80_0000, // inf
+            0xff80_0000, // -inf
+            0x7fc0_2000, // a quiet NaN, payload 0x201 shifted by 13
+            0xffa0_0000, // a negative signalling NaN, payload 0x100
+            0x477f_e000, // 65504, the largest half
+            0x8000_0000, // -0.0
+            0x3880_0000, // 2^-14, the smallest normal half
+            0x3eaa_a000, // 1365 / 4096
+            0x5f80_0000, // u64::MAX, rounded to 2^64
+            0xc0a0_0000, // -5 from int8
+        ]
+    );
+    // Into int32 (the first segment an integer): floats truncated toward
+    // zero; NaN, infinities and values outside int32 are i32::MIN.
+    let floats = [
+        2147483647.9f64,
+        3e9,
+        -3e9,
+        f64::NAN,
+        -2147483648.5,
+        -1.5,
+        2.5,
+    ];
+    let mut file = vec![7u8];
+    file.extend(floats.iter().flat_map(|x| x.to_le_bytes()));
+    let halves_at = file.len() as u64;
+    for h in [0x4100u16, 0xc100, 0x7c00, 0x7e01, 0x7bff] {
+        file.extend(h.to_le_bytes());
+    }
+    let files = vec![file];
+    let segs = [
+        Segment::new("f", 0, 0, 0, 1, Dtype::Uint8, vec![]).unwrap(),
+        Segment::new("f", 0, 1, 1, 7, Dtype::Float64, vec![]).unwrap(),
+        Segment::new("f", 0, halves_at, 8, 5, Dtype::Float16, vec![]).unwrap(),
+    ];
+    let r = read_segments(
+        &spec(Layout::Fixed, Fill::Float(f32::NEG_INFINITY)),
+        &segs,
+        0,
+        14,
+        ReadOptions::default(),
+        memory(&files),
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(r.values(), Values::Int32);
+    let min = i32::MIN;
+    assert_eq!(
+        ints(&r),
+        [7, 2147483647, min, min, min, min, -1, 2, 2, -2, min, min, 65504, min]
+    );
+}
+
+/// A reading's accessors, and an array of exactly `max_bytes` is allowed.
+#[test]
+fn a_reading_answers_its_rows_and_may_take_exactly_max_bytes() {
+    let (file, at) = csr_file(&[&[&[5, 6], &[7]]]);
+    let files = vec![file];
+    let segs = [Segment::new("m", 0, at[0], 1, 2, Dtype::Uint32, vec![]).unwrap()];
+    let exact = ReadOptions {
+        max_bytes: 3 * 2 * 4,
+        ..ReadOptions::default()
+    };
+    let r = read_segments(
+        &spec(Layout::Csr, Fill::Int(-1)),
+        &segs,
+        0,
+        3,
+        exact,
+        memory(&files),
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        (r.values().name(), Values::Float32.name()),
+        ("int32", "float32")
+    );
+    assert_eq!(r.shape(), [3, 2]);
+    assert_eq!(r.row_shape(), [2]);
+    let word = |x: i32| x.to_le_bytes();
+    assert_eq!(r.row(0), Some(&[word(-1), word(-1)].concat()[..]));
+    assert_eq!(r.row(2), Some(&[word(7), word(-1)].concat()[..]));
+    assert_eq!(r.row(3), None);
+    assert_eq!(r.clone().into_data(), r.data());
+    assert_eq!(r.data().len(), 24);
+    let less = ReadOptions {
+        max_bytes: 23,
+        ..ReadOptions::default()
+    };
+    assert_eq!(
+        read_segments(
+            &spec(Layout::Csr, Fill::Int(-1)),
+            &segs,
+            0,
+            3,
+            less,
+            memory(&files)
+        ),
+        Err(ReadError::TooLarge { bytes: 24 })
+    );
+}
