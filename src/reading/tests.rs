@@ -933,3 +933,42 @@ fn a_reading_answers_its_rows_and_may_take_exactly_max_bytes() {
         Err(ReadError::TooLarge { bytes: 24 })
     );
 }
+
+/// RD2 on hand-written lists: segments back to back (one ending where the
+/// next starts, in either payload order) are neither a gap nor an overlap;
+/// one position missing or shared is, and is named.
+#[test]
+fn strict_reading_accepts_segments_back_to_back_and_names_a_gap_or_an_overlap() {
+    let files = vec![(1..=8).collect::<Vec<u8>>()];
+    let spec = spec(Layout::Fixed, Fill::Int(0));
+    let strict = ReadOptions {
+        strictness: Strictness::Strict,
+        ..ReadOptions::default()
+    };
+    let seg = |offset: u64, pos: u64, rows: u64| {
+        Segment::new("f", 0, offset, pos, rows, Dtype::Uint8, vec![]).unwrap()
+    };
+    let read = |segs: &[Segment<usize>]| read_segments(&spec, segs, 0, 6, strict, memory(&files));
+    let r = read(&[seg(0, 0, 2), seg(2, 2, 2), seg(4, 4, 2)])
+        .unwrap()
+        .unwrap();
+    assert_eq!(ints(&r), [1, 2, 3, 4, 5, 6]);
+    let r = read(&[seg(4, 4, 2), seg(0, 0, 2), seg(2, 2, 2)])
+        .unwrap()
+        .unwrap();
+    assert_eq!(ints(&r), [1, 2, 3, 4, 5, 6]);
+    assert_eq!(
+        read(&[seg(0, 0, 2), seg(3, 3, 3)]),
+        Err(ReadError::Gap {
+            missing: Rows::new(2, 3).unwrap()
+        })
+    );
+    assert_eq!(
+        read(&[seg(2, 2, 4), seg(0, 0, 3)]),
+        Err(ReadError::Overlap {
+            overlap: Rows::new(2, 3).unwrap(),
+            first: 0,
+            second: 1
+        })
+    );
+}

@@ -638,7 +638,11 @@ fn csr_logprobs_compare_by_value_padded_with_minus_infinity() {
     let mut b_file = Vec::new();
     let b0 = put_csr(
         &mut b_file,
-        &[&[f(-0.5)], &[f(-1.25), f(-2.0)], &[f(0.0), f(-1.0), f(-9.5)]],
+        &[
+            &[f(-0.5)],
+            &[f(-1.25), f(-2.0)],
+            &[f(0.0), f(-1.0), f(-9.5)],
+        ],
     );
     let b = json!({"choices": [{"payload": [csr_seg(field, "b.bin", b0, 0, 3)]}]});
     let mut store_b = Store::memory();
