@@ -972,3 +972,41 @@ fn strict_reading_accepts_segments_back_to_back_and_names_a_gap_or_an_overlap() 
         })
     );
 }
+
+/// F4/F5 on rows of other shapes than the output's, element by element:
+/// each segment writes `out[x, :d0, :d1, ...]` with its own dims, later
+/// ones over earlier ones, the rest the fill; ranks 2 and 3. The expected
+/// arrays are written by hand (and agree with NumPy's slice assignment).
+#[test]
+fn rows_of_other_shapes_write_their_leading_corner() {
+    let files = vec![(1..=11).collect::<Vec<u8>>()];
+    let spec = spec(Layout::Fixed, Fill::Int(0));
+    let segs = [
+        Segment::new("f", 0, 0, 0, 1, Dtype::Uint8, vec![2, 3]).unwrap(),
+        Segment::new("f", 0, 6, 0, 1, Dtype::Uint8, vec![1, 2]).unwrap(),
+        Segment::new("f", 0, 8, 1, 1, Dtype::Uint8, vec![3, 1]).unwrap(),
+    ];
+    let read = |lo, hi| {
+        read_segments(&spec, &segs, lo, hi, ReadOptions::default(), memory(&files))
+            .unwrap()
+            .unwrap()
+    };
+    let r = read(0, 2);
+    assert_eq!(r.shape(), [2, 3, 3]);
+    assert_eq!(
+        ints(&r),
+        [7, 8, 3, 4, 5, 6, 0, 0, 0, 9, 0, 0, 10, 0, 0, 11, 0, 0]
+    );
+    let r = read(1, 2);
+    assert_eq!(ints(&r), [9, 0, 0, 10, 0, 0, 11, 0, 0]);
+    // Rank 3: rows (2, 1, 2) and (1, 2, 1) in an output row of (2, 2, 2).
+    let segs = [
+        Segment::new("f", 0, 0, 0, 1, Dtype::Uint8, vec![2, 1, 2]).unwrap(),
+        Segment::new("f", 0, 4, 1, 1, Dtype::Uint8, vec![1, 2, 1]).unwrap(),
+    ];
+    let r = read_segments(&spec, &segs, 0, 2, ReadOptions::default(), memory(&files))
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.shape(), [2, 2, 2, 2]);
+    assert_eq!(ints(&r), [1, 2, 0, 0, 3, 4, 0, 0, 5, 0, 6, 0, 0, 0, 0, 0]);
+}
