@@ -1010,3 +1010,70 @@ fn rows_of_other_shapes_write_their_leading_corner() {
     assert_eq!(r.shape(), [2, 2, 2, 2]);
     assert_eq!(ints(&r), [1, 2, 0, 0, 3, 4, 0, 0, 5, 0, 6, 0, 0, 0, 0, 0]);
 }
+
+/// The general path again, on an output row that is not square, (2, 3),
+/// and a narrower segment of 2-byte elements: each element lands at its
+/// own multi-index (stride 3 for the first axis) and is read at its own
+/// byte offset. Expected by hand: position 1 holds [[258, 0, 0], [772, 0, 0]].
+#[test]
+fn a_narrower_row_of_wide_elements_lands_at_its_strides() {
+    let mut file: Vec<u8> = (1..=6).collect();
+    let wide_at = file.len() as u64;
+    file.extend([0x02, 0x01, 0x04, 0x03]); // 0x0102, 0x0304
+    let files = vec![file];
+    let segs = [
+        Segment::new("f", 0, 0, 0, 1, Dtype::Uint8, vec![2, 3]).unwrap(),
+        Segment::new("f", 0, wide_at, 1, 1, Dtype::Uint16, vec![2, 1]).unwrap(),
+    ];
+    let r = read_segments(
+        &spec(Layout::Fixed, Fill::Int(0)),
+        &segs,
+        0,
+        2,
+        ReadOptions::default(),
+        memory(&files),
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(r.shape(), [2, 2, 3]);
+    assert_eq!(ints(&r), [1, 2, 3, 4, 5, 6, 258, 0, 0, 772, 0, 0]);
+}
+
+/// The reading's work follows the rows it reads, not where they lie in the
+/// file or how wide a row is: 4096 narrower rows of 256 bytes (the general
+/// path) at a file offset of 2^40, through a source that makes up their
+/// bytes, read within a time bound a loop over the offset or over bytes
+/// times row size would blow.
+#[test]
+fn the_work_of_a_reading_follows_its_rows() {
+    let rows = 4096u64;
+    let segs = [
+        Segment::new("f", 0usize, 0, 0, 1, Dtype::Uint32, vec![1, 64]).unwrap(),
+        Segment::new("f", 0usize, 1 << 40, 0, rows, Dtype::Uint32, vec![1, 64]).unwrap(),
+        Segment::new("f", 0usize, 0, rows, 1, Dtype::Uint32, vec![2, 64]).unwrap(),
+    ];
+    let made_up = |requests: &[ByteRequest<'_, usize>]| -> Result<Vec<Vec<u8>>, String> {
+        Ok(requests
+            .iter()
+            .map(|r| vec![1u8; (r.range.end - r.range.start) as usize])
+            .collect())
+    };
+    let started = std::time::Instant::now();
+    let r = read_segments(
+        &spec(Layout::Fixed, Fill::Int(0)),
+        &segs,
+        0,
+        rows,
+        ReadOptions::default(),
+        made_up,
+    )
+    .unwrap()
+    .unwrap();
+    assert!(started.elapsed().as_secs() < 10, "{:?}", started.elapsed());
+    assert_eq!(r.shape(), [rows, 2, 64]);
+    // Each row: 64 elements of 0x01010101, then the fill.
+    let ones = ints(&r);
+    assert_eq!(ones[..64], [0x0101_0101; 64]);
+    assert_eq!(ones[64..128], [0; 64]);
+    assert_eq!(ones[ones.len() - 128..ones.len() - 64], [0x0101_0101; 64]);
+}
