@@ -708,3 +708,182 @@ retry: 1\n\
         );
     }
 }
+
+/// `n` streams drawn from `streams(knobs(), framing)` by proptest's
+/// deterministic runner.
+fn drawn(framing: Framing, n: usize) -> Vec<StreamCase> {
+    use proptest::strategy::ValueTree;
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let strategy = streams(knobs(), framing);
+    (0..n)
+        .map(|_| strategy.new_tree(&mut runner).unwrap().current())
+        .collect()
+}
+
+fn contains(bytes: &[u8], needle: &[u8]) -> bool {
+    bytes.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Whether `event`'s data is JSON with a choice that carries rows.
+fn has_rows(event: &pd_stitch::testing::stream::Event) -> bool {
+    let data = event.data.as_deref().unwrap_or_default();
+    let value: serde_json::Value = serde_json::from_slice(data).unwrap_or_default();
+    value["choices"].as_array().is_some_and(|choices| {
+        choices
+            .iter()
+            .any(|c| !c["routed_experts"].is_null() || c["payload"].is_array())
+    })
+}
+
+#[test]
+fn the_generated_streams_hold_every_framing_case_and_not_always() {
+    let cases = drawn(Framing::default(), 200);
+    let share = |what: &str, test: &dyn Fn(&StreamCase) -> bool| {
+        let n = cases.iter().filter(|c| test(c)).count();
+        assert!(0 < n && n < cases.len(), "{what}: {n} of {}", cases.len());
+    };
+    share("a mark", &|c| c.stream.starts_with(b"\xEF\xBB\xBF"));
+    share("a prefill with CRLF whitespace", &|c| {
+        contains(&c.prefill_body, b"\r\n")
+    });
+    share("a comment", &|c| contains(&c.stream, b": keep-alive"));
+    share("event and id fields", &|c| {
+        contains(&c.stream, b"event: chunk")
+    });
+    share("a retry field", &|c| contains(&c.stream, b"retry: 10"));
+    share("data: with its space", &|c| contains(&c.stream, b"data: {"));
+    share("data: without its space", &|c| {
+        contains(&c.stream, b"data:{")
+    });
+    share("data over several lines", &|c| {
+        [&b"{\n"[..], b"{\r"].iter().any(|end| {
+            contains(&c.stream, &[b"data: ", *end].concat())
+                || contains(&c.stream, &[b"data:", *end].concat())
+        })
+    });
+    share("a blank line of LF after an LF", &|c| {
+        let body = c.stream.len() - b"data: [DONE]\n\n".len();
+        contains(&c.stream[..body], b"\n\n")
+    });
+    for (what, end) in [("CR", b'\r'), ("LF", b'\n')] {
+        assert!(
+            cases.iter().any(|c| {
+                c.stream
+                    .windows(2)
+                    .any(|w| w[0] == end && (end == b'\n' || w[1] != b'\n') && w != b"\r\n")
+            }),
+            "a lone {what}"
+        );
+    }
+    assert!(cases.iter().any(|c| contains(&c.stream, b"\r\n")), "CRLF");
+    // Token events before each choice's rows event: 0 to `tokens` (3).
+    let mut counts = std::collections::BTreeSet::new();
+    for case in &cases {
+        let (events, _) = events(&case.stream);
+        let mut from = 0;
+        for &k in &case.rows_events {
+            counts.insert(k - from);
+            from = k + 1;
+        }
+        // The numbers given are those of the events with rows; then the
+        // usage event and [DONE].
+        let with: Vec<usize> = (0..events.len())
+            .filter(|&k| has_rows(&events[k]))
+            .collect();
+        assert_eq!(with, case.rows_events);
+        assert_eq!(events.len(), from + 2);
+        assert!(
+            case.stream.ends_with(b"[DONE]\n\n")
+                || case.stream.ends_with(b"[DONE]\r\r")
+                || case.stream.ends_with(b"[DONE]\r\n\r\n")
+        );
+    }
+    assert_eq!(counts, (0..=3).collect());
+}
+
+#[test]
+fn without_variants_a_stream_is_plain_data_lines() {
+    for case in drawn(
+        Framing {
+            line_ends: vec!["\n"],
+            variants: false,
+            tokens: 0,
+        },
+        50,
+    ) {
+        // No mark, no other line, no pretty text: `data: ` and one line of
+        // compact JSON an event, one rows event a choice, the usage event,
+        // [DONE].
+        assert_eq!(
+            case.prefill_body,
+            serde_json::to_vec(&case.case.prefill).unwrap()
+        );
+        let text = String::from_utf8(case.stream.clone()).unwrap();
+        let lines: Vec<&str> = text.split("\n\n").collect();
+        let choices = case.case.decode["choices"].as_array().unwrap().len();
+        assert_eq!(lines.len(), choices + 3, "{text}");
+        assert_eq!(lines[choices + 1], "data: [DONE]");
+        assert_eq!(lines[choices + 2], "");
+        for line in &lines[..=choices] {
+            let json = line.strip_prefix("data: ").expect(line);
+            assert!(!json.contains('\n') && !json.contains('\r'), "{line}");
+            let value: serde_json::Value = serde_json::from_str(json).unwrap();
+            assert_eq!(json, serde_json::to_string(&value).unwrap());
+        }
+        assert_eq!(case.rows_events, (0..choices).collect::<Vec<_>>());
+    }
+}
+
+proptest! {
+    #![proptest_config(crate::support::config("stream"))]
+
+    /// `verify_streamed` refuses an answer wrong in each way it checks: an
+    /// event dropped, a byte outside the events changed, an event without
+    /// rows changed, a rows event's other lines changed, its data not JSON
+    /// or without choices, and the decode's stream passed on unstitched.
+    #[test]
+    fn verify_streamed_refuses_each_wrong_answer(case in streams(knobs(), Framing::default())) {
+        let out = whole(&case);
+        prop_assert!(verify_streamed(&case, &out).is_ok());
+        let (got, _) = events(&out);
+        let message = |output: &[u8]| verify_streamed(&case, output).map_err(|m| m.message);
+        let last = got.len() - 1;
+        // [DONE] dropped.
+        let dropped = &out[..got[last].raw.start];
+        prop_assert_eq!(message(dropped), Err(format!("{last} events streamed, expected {}", last + 1)));
+        // A mark added or removed.
+        let marked = match out.strip_prefix(b"\xEF\xBB\xBF") {
+            Some(rest) => rest.to_vec(),
+            None => [&b"\xEF\xBB\xBF"[..], &out].concat(),
+        };
+        prop_assert_eq!(message(&marked), Err("bytes outside the events differ".to_string()));
+        // [DONE] changed.
+        let mut done = out.clone();
+        let at = got[last].raw.start + b"data: [DONE".len() - 1;
+        prop_assert_eq!(done[at], b'E');
+        done[at] = b'F';
+        prop_assert_eq!(message(&done), Err(format!("event {last} (without rows) changed")));
+        // A rows event's lines: a comment added, then a data line that makes
+        // its data not JSON, then its data without choices.
+        let k = case.rows_events[0];
+        let start = got[k].raw.start;
+        let with = |line: &[u8]| [&out[..start], line, &out[start..]].concat();
+        prop_assert_eq!(
+            message(&with(b": x\n")),
+            Err(format!("event {k}: lines other than data changed"))
+        );
+        let not_json = message(&with(b"data: x\n")).unwrap_err();
+        prop_assert!(not_json.starts_with(&format!("event {k}: data is not JSON")), "{}", not_json);
+        // Its data lines replaced by one `data: {}` (its other lines and its
+        // blank line kept).
+        let end = got[k].raw.end;
+        let mut no_choices = out[..start].to_vec();
+        no_choices.extend(got[k].other_lines.concat());
+        no_choices.extend_from_slice(b"data: {}\n");
+        no_choices.push(out[end - 1]);
+        no_choices.extend_from_slice(&out[end..]);
+        prop_assert_eq!(message(&no_choices), Err(format!("event {k}: no choices")));
+        // The decode's own stream: its rows are not the colocated ones.
+        prop_assert!(verify_streamed(&case, &case.stream).is_err());
+    }
+}
