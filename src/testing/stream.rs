@@ -382,6 +382,43 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_framing_draws_are_splitmix64() {
+        // SplitMix64's published outputs for seed 0 (as `sim`'s generator).
+        let mut draw = Draw(0);
+        let got: Vec<u64> = (0..3).map(|_| draw.next()).collect();
+        assert_eq!(
+            got,
+            [
+                0xe220_a839_7b1d_cdaf,
+                0x6e78_9e6a_a1b9_65f4,
+                0x06c4_5d18_8009_454f
+            ]
+        );
+    }
+
+    #[test]
+    fn below_and_chance_draw_within_their_ranges_at_their_rates() {
+        let mut draw = Draw(7);
+        let mut hits = [0usize; 5];
+        for _ in 0..10_000 {
+            let k = draw.below(5);
+            assert!(k < 5, "{k}");
+            hits[k] += 1;
+        }
+        assert!(
+            hits.iter().all(|&h| (1_600..=2_400).contains(&h)),
+            "{hits:?}"
+        );
+        assert_eq!(draw.below(0), 0);
+        let yes = (0..10_000).filter(|_| draw.chance(4)).count();
+        assert!((2_000..=3_000).contains(&yes), "{yes}");
+        let framing = Framing::default();
+        let ends: std::collections::BTreeSet<&str> =
+            (0..100).map(|_| draw.line_end(&framing)).collect();
+        assert_eq!(ends, ["\n", "\r", "\r\n"].into_iter().collect());
+    }
+
+    #[test]
     fn the_reader_splits_events_as_the_standard_does() {
         let stream = b"\xEF\xBB\xBFdata: a\r\n: c\revent: e\ndata:b\r\n\r\ndata\n\npartial";
         let (events, loose) = events(stream);

@@ -426,3 +426,464 @@ fn a_streamed_item_of_an_sglang_batch_is_refused_not_misplaced() {
     assert_eq!(error.kind(), ErrorKind::Structure, "{err}");
     assert_eq!(out, before, "the event before it went out, nothing of it");
 }
+
+/// What a part of [`framed`]'s stream is, as the standard reads it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Part {
+    /// The byte-order mark: held until whole, then passed on.
+    Bom,
+    /// A byte of no event (the `\n` of a blank line's `\r\n`): passed on
+    /// as it arrives.
+    Loose,
+    /// An event, held until its blank line's first byte has arrived.
+    Event,
+}
+
+const MERGED: &[u8] = br#"data: {"choices": [{"index": 0, "routed_experts": {"data": "AQIDBAUG", "shape": [2,1,3], "start": 0, "dtype": "uint8"}}]}"#;
+
+/// A stream of every framing case, cut into its parts by hand: each part's
+/// kind, its bytes in, and its bytes out (the rows event's merged by hand:
+/// the prefill's row `[1, 2, 3]` then the decode's second `[4, 5, 6]`).
+/// Seven events (0-6; 5 carries rows), a mark and two loose bytes.
+fn framed() -> Vec<(Part, Vec<u8>, Vec<u8>)> {
+    let same = |part: Part, bytes: &[u8]| (part, bytes.to_vec(), bytes.to_vec());
+    let with = |line: &[u8], end: &[u8]| [line, end].concat();
+    vec![
+        same(Part::Bom, b"\xEF\xBB\xBF"),
+        // 0: a CRLF line, then a blank line of CR whose LF follows it.
+        same(Part::Event, b"data: a\r\n\r"),
+        same(Part::Loose, b"\n"),
+        // 1, 2: a field other than data; a comment ended by CRs.
+        same(Part::Event, b"id: 1\n\n"),
+        same(Part::Event, b": c\r\r"),
+        // 3: two data lines.
+        same(Part::Event, b"data: b\rdata: c\n\n"),
+        // 4: a blank line alone (it dispatches nothing, but ends an event).
+        same(Part::Event, b"\n"),
+        // 5: the rows, one line of CRLF, a blank line of CR, its LF after.
+        (Part::Event, with(ROWS, b"\r\n\r"), with(MERGED, b"\r\n\r")),
+        same(Part::Loose, b"\n"),
+        // 6.
+        same(Part::Event, b"data: [DONE]\r\r"),
+    ]
+}
+
+/// For a stream of `parts` fed up to byte `cut`: how many bytes of the
+/// output have gone out, how many the stitcher holds, how many events it has
+/// completed. A part has gone out once its last byte has been fed (a mark
+/// once whole); the part `cut` falls inside is held.
+fn fed_up_to(parts: &[(Part, Vec<u8>, Vec<u8>)], cut: usize) -> (usize, usize, u64) {
+    let (mut start, mut emitted, mut events) = (0, 0, 0);
+    for (part, bytes, out) in parts {
+        let end = start + bytes.len();
+        if end <= cut {
+            emitted += out.len();
+            events += u64::from(*part == Part::Event);
+        } else {
+            return (emitted, cut - start, events);
+        }
+        start = end;
+    }
+    (emitted, 0, events)
+}
+
+#[test]
+fn every_cut_of_a_framed_stream_emits_holds_and_counts_what_the_standard_says() {
+    let parts = framed();
+    let stream: Vec<u8> = parts
+        .iter()
+        .flat_map(|(_, bytes, _)| bytes.clone())
+        .collect();
+    let expected: Vec<u8> = parts.iter().flat_map(|(_, _, out)| out.clone()).collect();
+    assert_eq!(stream.len(), 185);
+    for i in 0..=stream.len() {
+        for j in i..=stream.len() {
+            let mut stitcher = StreamStitcher::new(Stitcher::new(), prefill()).unwrap();
+            let mut out = Vec::new();
+            for (from, to) in [(0, i), (i, j), (j, stream.len())] {
+                stitcher.feed(&stream[from..to], &mut out).unwrap();
+                let (emitted, held, events) = fed_up_to(&parts, to);
+                assert_eq!(out, expected[..emitted], "cuts {i}, {j}: fed to {to}");
+                assert_eq!(stitcher.buffered(), held, "cuts {i}, {j}: fed to {to}");
+                assert_eq!(stitcher.events(), events, "cuts {i}, {j}: fed to {to}");
+            }
+            stitcher.finish(&mut out).unwrap();
+            assert_eq!(out, expected, "cuts {i}, {j}");
+            assert_eq!(stitcher.events(), 7);
+        }
+    }
+}
+
+#[test]
+fn errors_after_every_framing_case_name_the_event_and_its_offset() {
+    let parts = framed();
+    let stream: Vec<u8> = parts
+        .iter()
+        .flat_map(|(_, bytes, _)| bytes.clone())
+        .collect();
+    let expected: Vec<u8> = parts.iter().flat_map(|(_, _, out)| out.clone()).collect();
+    // Event 7, at byte 185: the rows of choice 0 again.
+    let mut repeated = stream.clone();
+    repeated.extend_from_slice(&[ROWS, b"\n\n"].concat());
+    // The stream cut inside a rows event 7, 60 bytes of it.
+    let mut cut_short = stream.clone();
+    cut_short.extend_from_slice(&ROWS[..60]);
+    for i in 0..=repeated.len() {
+        let (out, result) = run(&prefill(), [&repeated[..i], &repeated[i..]]);
+        match result {
+            Err(Error::StreamRowsRepeated {
+                event: 7,
+                offset: 185,
+                first_event: 5,
+                ..
+            }) => {}
+            other => panic!("cut {i}: {other:?}"),
+        }
+        assert_eq!(out, expected, "cut {i}");
+    }
+    for i in 0..=cut_short.len() {
+        let (out, result) = run(&prefill(), [&cut_short[..i], &cut_short[i..]]);
+        match result {
+            Err(Error::StreamUnfinished {
+                offset: 185,
+                len: 60,
+                ..
+            }) => {}
+            other => panic!("cut {i}: {other:?}"),
+        }
+        assert_eq!(out, expected, "cut {i}");
+    }
+}
+
+#[test]
+fn a_rows_line_keeps_its_data_prefix_and_its_value_s_spaces() {
+    // `data:` without its space, and `data: ` before a value that starts
+    // with a space of its own: each written back as it came (SR2), the
+    // value's space kept.
+    let value = &ROWS[6..];
+    let merged = &MERGED[6..];
+    for (prefix, out_prefix) in [
+        (&b"data:"[..], &b"data:"[..]),
+        (b"data:  ", b"data:  "),
+        (b"data: ", b"data: "),
+    ] {
+        let event = [prefix, value, b"\n\n"].concat();
+        let (out, result) = run(&prefill(), [&event[..]]);
+        assert_eq!(result, Ok(()));
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            String::from_utf8_lossy(&[out_prefix, merged, b"\n\n"].concat()),
+        );
+    }
+}
+
+#[test]
+fn a_rows_event_with_invalid_utf8_is_read_as_the_standard_decodes_it() {
+    // The standard's decoder replaces an invalid byte with U+FFFD: the data
+    // is then JSON with rows, stitched (its text as decoded).
+    let event = [
+        &br#"data: {"choices": [{"index": 0, "text": ""#[..],
+        b"\xFF\", \"",
+        &ROWS[33..],
+        b"\n\n",
+    ]
+    .concat();
+    let (out, result) = run(&prefill(), [&event[..]]);
+    assert_eq!(result, Ok(()));
+    let expected = "data: {\"choices\": [{\"index\": 0, \"text\": \"\u{FFFD}\", \"routed_experts\": {\"data\": \"AQIDBAUG\", \"shape\": [2,1,3], \"start\": 0, \"dtype\": \"uint8\"}}]}\n\n";
+    assert_eq!(String::from_utf8_lossy(&out), expected);
+}
+
+#[test]
+fn sglang_rows_in_an_array_are_found_and_null_ones_are_not() {
+    // Data that is an array (SGLang answers a batch with one): each
+    // element's slots are read. Against an object prefill the merge refuses
+    // the shapes (Q1), so rows found are an error, and nothing goes out.
+    let prefill = br#"{"text": "a", "meta_info": {"prompt_tokens": 2, "completion_tokens": 1, "routed_experts": "AQAAAA=="}}"#;
+    for rows in [
+        &br#"[{"text": "b", "meta_info": {"prompt_tokens": 2, "completion_tokens": 2, "routed_experts": "AQAAAAIAAAA="}}]"#[..],
+        br#"[{"choices": [], "sglext": {"routed_experts": "AQAAAAIAAAA="}}]"#,
+        br#"[{"choices": [{"index": 0, "sgl_ext": {"routed_experts": "AQAAAAIAAAA="}}]}]"#,
+    ] {
+        let event = [b"data: ", rows, b"\n\n"].concat();
+        let (out, result) = run(prefill, [&event[..]]);
+        assert!(
+            matches!(
+                result.as_ref().map_err(Error::kind),
+                Err(ErrorKind::StreamEvent | ErrorKind::StreamUnstitched)
+            ),
+            "{}: {result:?}",
+            String::from_utf8_lossy(rows)
+        );
+        assert!(out.is_empty());
+    }
+    // Null slots are no rows (an escape makes the prefilter parse it).
+    let none: &[u8] = br#"data: [{"text": "\u0041", "meta_info": {"routed_experts": null}, "sglext": {"routed_experts": null}, "choices": [{"sgl_ext": {"routed_experts": null}}]}]
+
+"#;
+    let (out, result) = run(prefill, [none]);
+    assert_eq!(result, Ok(()));
+    assert_eq!(out, none);
+}
+
+#[test]
+fn a_stream_that_starts_like_a_mark_or_with_a_blank_line_counts_its_events() {
+    // A blank line first is an event of its own (it dispatches nothing).
+    let mut stitcher = StreamStitcher::new(Stitcher::new(), prefill()).unwrap();
+    let mut out = Vec::new();
+    let stream = b"\ndata: [DONE]\n\n";
+    stitcher.feed(stream, &mut out).unwrap();
+    assert_eq!((&out[..], stitcher.events()), (&stream[..], 2));
+    // The first byte of a mark, then not the rest: it starts the first
+    // line, which a line end then ends (it is not a blank line).
+    for second in [&b"\ndata: [DONE]\n\n"[..], b"\rdata: [DONE]\r\r"] {
+        let mut stitcher = StreamStitcher::new(Stitcher::new(), prefill()).unwrap();
+        let mut out = Vec::new();
+        stitcher.feed(b"\xEF", &mut out).unwrap();
+        stitcher.feed(second, &mut out).unwrap();
+        assert_eq!(out, [&b"\xEF"[..], second].concat());
+        assert_eq!(stitcher.events(), 1);
+    }
+}
+
+#[test]
+fn the_buffers_hold_a_rows_event_s_data_and_the_prefill_and_no_more() {
+    // A rows event of two data lines, fed whole: its data is joined into the
+    // stitcher's scratch buffer, which keeps its capacity after it.
+    let (a, b) = (
+        &br#"{"choices": [{"index": 0,"#[..],
+        &br#""routed_experts": {"data": "AAAABAUG", "shape": [2, 1, 3], "start": 0, "dtype": "uint8"}}]}"#[..],
+    );
+    let event = [b"data: ", a, b"\ndata: ", b, b"\n\n"].concat();
+    let mut stitcher = StreamStitcher::new(Stitcher::new(), prefill()).unwrap();
+    let mut out = Vec::new();
+    stitcher.feed(&event, &mut out).unwrap();
+    assert_eq!(
+        out,
+        [
+            b"data: ",
+            a,
+            b"\ndata: ",
+            &MERGED[6 + a.len() + 1..],
+            b"\n\n"
+        ]
+        .concat()
+    );
+    let data = a.len() + 1 + b.len();
+    let capacity = stitcher.capacity();
+    assert!(capacity >= prefill().len() + data, "{capacity}");
+    assert!(capacity <= 2 * event.len() + prefill().len(), "{capacity}");
+}
+
+#[test]
+fn a_rows_event_over_several_lines_gets_one_piece_a_data_line_in_order() {
+    // Five data lines between other lines, with every line end. The merge
+    // writes the shape `[2,1,3]` on one line, so the merged text has four
+    // pieces: data lines 1-3 take one each, with their own prefix and line
+    // end; line 4 (not the last, one piece left) is dropped; line 5, the
+    // last, takes the rest (SR2).
+    let event: &[u8] = b"data: {\"choices\": [{\"index\": 0,\r\n\
+: note\n\
+data:\"routed_experts\": {\"data\": \"AAAABAUG\",\r\
+id: 4\n\
+data: \"shape\": [\n\
+data: 2, 1, 3],\r\n\
+data: \"start\": 0, \"dtype\": \"uint8\"}}]}\n\
+retry: 1\n\
+\r";
+    let expected: &[u8] = b"data: {\"choices\": [{\"index\": 0,\r\n\
+: note\n\
+data:\"routed_experts\": {\"data\": \"AQIDBAUG\",\r\
+id: 4\n\
+data: \"shape\": [2,1,3],\n\
+data: \"start\": 0, \"dtype\": \"uint8\"}}]}\n\
+retry: 1\n\
+\r";
+    for chunks in [vec![event], event.chunks(1).collect()] {
+        let (out, result) = run(&prefill(), chunks);
+        assert_eq!(result, Ok(()));
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            String::from_utf8_lossy(expected)
+        );
+    }
+}
+
+/// `n` streams drawn from `streams(knobs(), framing)` by proptest's
+/// deterministic runner.
+fn drawn(framing: Framing, n: usize) -> Vec<StreamCase> {
+    use proptest::strategy::ValueTree;
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let strategy = streams(knobs(), framing);
+    (0..n)
+        .map(|_| strategy.new_tree(&mut runner).unwrap().current())
+        .collect()
+}
+
+fn contains(bytes: &[u8], needle: &[u8]) -> bool {
+    bytes.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Whether `event`'s data is JSON with a choice that carries rows.
+fn has_rows(event: &pd_stitch::testing::stream::Event) -> bool {
+    let data = event.data.as_deref().unwrap_or_default();
+    let value: serde_json::Value = serde_json::from_slice(data).unwrap_or_default();
+    value["choices"].as_array().is_some_and(|choices| {
+        choices
+            .iter()
+            .any(|c| !c["routed_experts"].is_null() || c["payload"].is_array())
+    })
+}
+
+#[test]
+fn the_generated_streams_hold_every_framing_case_and_not_always() {
+    let cases = drawn(Framing::default(), 200);
+    let share = |what: &str, test: &dyn Fn(&StreamCase) -> bool| {
+        let n = cases.iter().filter(|c| test(c)).count();
+        assert!(0 < n && n < cases.len(), "{what}: {n} of {}", cases.len());
+    };
+    share("a mark", &|c| c.stream.starts_with(b"\xEF\xBB\xBF"));
+    share("a prefill with CRLF whitespace", &|c| {
+        contains(&c.prefill_body, b"\r\n")
+    });
+    share("a comment", &|c| contains(&c.stream, b": keep-alive"));
+    share("event and id fields", &|c| {
+        contains(&c.stream, b"event: chunk")
+    });
+    share("a retry field", &|c| contains(&c.stream, b"retry: 10"));
+    share("data: with its space", &|c| contains(&c.stream, b"data: {"));
+    share("data: without its space", &|c| {
+        contains(&c.stream, b"data:{")
+    });
+    share("data over several lines", &|c| {
+        [&b"{\n"[..], b"{\r"].iter().any(|end| {
+            contains(&c.stream, &[b"data: ", *end].concat())
+                || contains(&c.stream, &[b"data:", *end].concat())
+        })
+    });
+    share("a blank line of LF after an LF", &|c| {
+        let body = c.stream.len() - b"data: [DONE]\n\n".len();
+        contains(&c.stream[..body], b"\n\n")
+    });
+    for (what, end) in [("CR", b'\r'), ("LF", b'\n')] {
+        assert!(
+            cases.iter().any(|c| {
+                c.stream
+                    .windows(2)
+                    .any(|w| w[0] == end && (end == b'\n' || w[1] != b'\n') && w != b"\r\n")
+            }),
+            "a lone {what}"
+        );
+    }
+    assert!(cases.iter().any(|c| contains(&c.stream, b"\r\n")), "CRLF");
+    // Token events before each choice's rows event: 0 to `tokens` (3).
+    let mut counts = std::collections::BTreeSet::new();
+    for case in &cases {
+        let (events, _) = events(&case.stream);
+        let mut from = 0;
+        for &k in &case.rows_events {
+            counts.insert(k - from);
+            from = k + 1;
+        }
+        // The numbers given are those of the events with rows; then the
+        // usage event and [DONE].
+        let with: Vec<usize> = (0..events.len())
+            .filter(|&k| has_rows(&events[k]))
+            .collect();
+        assert_eq!(with, case.rows_events);
+        assert_eq!(events.len(), from + 2);
+        assert!(
+            case.stream.ends_with(b"[DONE]\n\n")
+                || case.stream.ends_with(b"[DONE]\r\r")
+                || case.stream.ends_with(b"[DONE]\r\n\r\n")
+        );
+    }
+    assert_eq!(counts, (0..=3).collect());
+}
+
+#[test]
+fn without_variants_a_stream_is_plain_data_lines() {
+    for case in drawn(
+        Framing {
+            line_ends: vec!["\n"],
+            variants: false,
+            tokens: 0,
+        },
+        50,
+    ) {
+        // No mark, no other line, no pretty text: `data: ` and one line of
+        // compact JSON an event, one rows event a choice, the usage event,
+        // [DONE].
+        assert_eq!(
+            case.prefill_body,
+            serde_json::to_vec(&case.case.prefill).unwrap()
+        );
+        let text = String::from_utf8(case.stream.clone()).unwrap();
+        let lines: Vec<&str> = text.split("\n\n").collect();
+        let choices = case.case.decode["choices"].as_array().unwrap().len();
+        assert_eq!(lines.len(), choices + 3, "{text}");
+        assert_eq!(lines[choices + 1], "data: [DONE]");
+        assert_eq!(lines[choices + 2], "");
+        for line in &lines[..=choices] {
+            let json = line.strip_prefix("data: ").expect(line);
+            assert!(!json.contains('\n') && !json.contains('\r'), "{line}");
+            let value: serde_json::Value = serde_json::from_str(json).unwrap();
+            assert_eq!(json, serde_json::to_string(&value).unwrap());
+        }
+        assert_eq!(case.rows_events, (0..choices).collect::<Vec<_>>());
+    }
+}
+
+proptest! {
+    #![proptest_config(crate::support::config("stream"))]
+
+    /// `verify_streamed` refuses an answer wrong in each way it checks: an
+    /// event dropped, a byte outside the events changed, an event without
+    /// rows changed, a rows event's other lines changed, its data not JSON
+    /// or without choices, and the decode's stream passed on unstitched.
+    #[test]
+    fn verify_streamed_refuses_each_wrong_answer(case in streams(knobs(), Framing::default())) {
+        let out = whole(&case);
+        prop_assert!(verify_streamed(&case, &out).is_ok());
+        let (got, _) = events(&out);
+        let message = |output: &[u8]| verify_streamed(&case, output).map_err(|m| m.message);
+        let last = got.len() - 1;
+        // [DONE] dropped.
+        let dropped = &out[..got[last].raw.start];
+        prop_assert_eq!(message(dropped), Err(format!("{last} events streamed, expected {}", last + 1)));
+        // A mark added or removed.
+        let marked = match out.strip_prefix(b"\xEF\xBB\xBF") {
+            Some(rest) => rest.to_vec(),
+            None => [&b"\xEF\xBB\xBF"[..], &out].concat(),
+        };
+        prop_assert_eq!(message(&marked), Err("bytes outside the events differ".to_string()));
+        // [DONE] changed.
+        let mut done = out.clone();
+        let at = got[last].raw.start + b"data: [DONE".len() - 1;
+        prop_assert_eq!(done[at], b'E');
+        done[at] = b'F';
+        prop_assert_eq!(message(&done), Err(format!("event {last} (without rows) changed")));
+        // A rows event's lines: a comment added, then a data line that makes
+        // its data not JSON, then its data without choices.
+        let k = case.rows_events[0];
+        let start = got[k].raw.start;
+        let with = |line: &[u8]| [&out[..start], line, &out[start..]].concat();
+        prop_assert_eq!(
+            message(&with(b": x\n")),
+            Err(format!("event {k}: lines other than data changed"))
+        );
+        let not_json = message(&with(b"data: x\n")).unwrap_err();
+        prop_assert!(not_json.starts_with(&format!("event {k}: data is not JSON")), "{}", not_json);
+        // Its data lines replaced by one `data: {}` (its other lines and its
+        // blank line kept).
+        let end = got[k].raw.end;
+        let mut no_choices = out[..start].to_vec();
+        no_choices.extend(got[k].other_lines.concat());
+        no_choices.extend_from_slice(b"data: {}\n");
+        no_choices.push(out[end - 1]);
+        no_choices.extend_from_slice(&out[end..]);
+        prop_assert_eq!(message(&no_choices), Err(format!("event {k}: no choices")));
+        // The decode's own stream: its rows are not the colocated ones.
+        prop_assert!(verify_streamed(&case, &case.stream).is_err());
+    }
+}
