@@ -1077,3 +1077,90 @@ fn the_work_of_a_reading_follows_its_rows() {
     assert_eq!(ones[64..128], [0; 64]);
     assert_eq!(ones[ones.len() - 128..ones.len() - 64], [0x0101_0101; 64]);
 }
+
+/// A `bool` segment reads as NumPy's `astype`: `False` is 0 and `True` is 1,
+/// into int32 (the first segment not a float) or into float32 (after a
+/// float segment). RD1's naive model agrees, but its 32 cases rarely draw a
+/// `bool` row with a `True` in it.
+#[test]
+fn bool_rows_read_as_zero_and_one() {
+    let mut file = vec![1u8, 0, 1];
+    file.extend(0.5f32.to_le_bytes());
+    let files = vec![file];
+    let bools = Segment::new("f", 0, 0, 0, 3, Dtype::Bool, vec![]).unwrap();
+    let r = read_segments(
+        &spec(Layout::Fixed, Fill::Int(-1)),
+        std::slice::from_ref(&bools),
+        0,
+        4,
+        ReadOptions::default(),
+        memory(&files),
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(r.values(), Values::Int32);
+    assert_eq!(ints(&r), [1, 0, 1, -1]);
+    let segs = [
+        Segment::new("f", 0, 3, 3, 1, Dtype::Float32, vec![]).unwrap(),
+        bools,
+    ];
+    let r = read_segments(
+        &spec(Layout::Fixed, Fill::Float(0.0)),
+        &segs,
+        0,
+        4,
+        ReadOptions::default(),
+        memory(&files),
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(r.values(), Values::Float32);
+    assert_eq!(
+        bits(&r),
+        [1.0f32, 0.0, 1.0, 0.5].map(f32::to_bits),
+        "1.0, 0.0, 1.0, then the float segment's 0.5"
+    );
+}
+
+/// Float32 values not in rows of the output's own shape (CSR logprobs, and
+/// a narrower fixed row) are copied bit for bit, as NumPy copies float32
+/// into float32: a signalling NaN stays signalling, its sign and payload
+/// kept (a conversion through f64 would set its quiet bit).
+#[test]
+fn float32_values_keep_a_signalling_nan_bit_for_bit() {
+    let (snan, negative_snan) = (0x7fa0_0001u32, 0xffa0_0003u32);
+    let (file, at) = csr_file(&[&[&[snan as i32, negative_snan as i32], &[]]]);
+    let files = vec![file];
+    let segs = [Segment::new("l", 0, at[0], 0, 2, Dtype::Uint32, vec![]).unwrap()];
+    let r = read_segments(
+        &spec(Layout::Csr, Fill::Float(f32::NEG_INFINITY)),
+        &segs,
+        0,
+        2,
+        ReadOptions::default(),
+        memory(&files),
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(r.values(), Values::Float32);
+    assert_eq!(bits(&r), [snan, negative_snan, 0xff80_0000, 0xff80_0000]);
+    // A row of one float32 under an output row of two.
+    let mut file: Vec<u8> = [1.5f32, 2.5].iter().flat_map(|x| x.to_le_bytes()).collect();
+    file.extend(snan.to_le_bytes());
+    let files = vec![file];
+    let segs = [
+        Segment::new("f", 0, 0, 0, 1, Dtype::Float32, vec![2]).unwrap(),
+        Segment::new("f", 0, 8, 1, 1, Dtype::Float32, vec![1]).unwrap(),
+    ];
+    let r = read_segments(
+        &spec(Layout::Fixed, Fill::Float(0.0)),
+        &segs,
+        0,
+        2,
+        ReadOptions::default(),
+        memory(&files),
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(bits(&r), [0x3fc0_0000, 0x4020_0000, snan, 0]);
+}
