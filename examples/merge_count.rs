@@ -18,6 +18,12 @@
 //! `memcpy`: one copy of the decode's bytes), choices, segments, N. Only the
 //! functions named `timed_*` are meant to be counted (`--toggle-collect`):
 //! the clones and the drops are not.
+//!
+//! Two timing modes, not for callgrind: `ratio` (N merges of each kind per
+//! round, medians over 15 rounds, as ratios to one parse) and `value_time`
+//! (the `Value` merge on 16 bulk clones per round, over N rounds: the
+//! minimum and the median per merge; on a shared machine the minimum is the
+//! round least disturbed, which is what comparing two builds needs).
 
 #[path = "../benches/common/mod.rs"]
 mod common;
@@ -85,8 +91,9 @@ fn ratios(prefill: &Value, decode: &Value, p: &[u8], d: &[u8], n: usize) {
     };
     let [value, bytes, parse, memcpy] = times.each_mut().map(median);
     println!(
-        "parse {:.1} us; value merge {:.4}x parse; bytes merge {:.3}x parse ({:.2}x memcpy); memcpy {:.3}x parse",
+        "parse {:.1} us; value merge {:.2} us, {:.4}x parse; bytes merge {:.3}x parse ({:.2}x memcpy); memcpy {:.3}x parse",
         parse * 1e6,
+        value * 1e6,
         value / parse,
         bytes / parse,
         bytes / memcpy,
@@ -147,12 +154,34 @@ fn main() {
             }
             black_box(&into);
         }
+        "value_time" => {
+            // Per-merge time of the Value merge on bulk clones: the minimum
+            // and the median over N rounds of 16 (the minimum is the round
+            // least disturbed by other work on a shared machine).
+            use std::time::Instant;
+            let mut times = Vec::with_capacity(n);
+            for _ in 0..n {
+                let mut values: Vec<Value> = (0..16).map(|_| decode.clone()).collect();
+                let clock = Instant::now();
+                for v in &mut values {
+                    black_box(timed_value(&prefill, v));
+                }
+                times.push(clock.elapsed().as_secs_f64() / 16.0);
+            }
+            times.sort_by(f64::total_cmp);
+            println!(
+                "value merge on bulk clones: min {:.2} us, median {:.2} us",
+                times[0] * 1e6,
+                times[n / 2] * 1e6
+            );
+            return;
+        }
         "ratio" => {
             ratios(&prefill, &decode, &p, &d, n);
             return;
         }
         other => {
-            eprintln!("unknown: {other} (value, bytes, parse, memcpy, ratio)");
+            eprintln!("unknown: {other} (value, bytes, parse, memcpy, ratio, value_time)");
             std::process::exit(2);
         }
     }
