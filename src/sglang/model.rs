@@ -68,14 +68,9 @@ pub struct Draw {
     pub seed: u64,
 }
 
-/// SplitMix64's output from state `z`: the truth's ids, and the simulator's
-/// draws.
-pub(super) fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
+/// SplitMix64's output from state `z` (the crate's one generator,
+/// `sim::rng`): the truth's ids, and the simulator's draws.
+pub(super) use crate::sim::rng::splitmix as mix;
 
 impl Draw {
     /// Where the rows end.

@@ -31,7 +31,7 @@
 mod config;
 mod request;
 mod responses;
-mod rng;
+pub(crate) mod rng;
 mod run;
 mod summary;
 

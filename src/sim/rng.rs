@@ -1,12 +1,17 @@
-//! The simulator's random numbers: SplitMix64, and the split points drawn
-//! from it.
+//! The crate's one source of random numbers, SplitMix64, and the split
+//! points the simulator draws from it. The simulators (`sim`,
+//! `sglang::model`) and the test generators (`testing::stream`) all draw
+//! from here, so that one test pins the generator they share.
+
+/// SplitMix64's increment of its state: the golden gamma.
+const GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// SplitMix64: small, fast, and good enough to draw test data from.
-pub(super) struct Rng(pub(super) u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    pub(super) fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    pub(crate) fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(GAMMA);
         mix(self.0)
     }
 
@@ -16,6 +21,13 @@ impl Rng {
     }
 }
 
+/// SplitMix64's output from state `z`: the state stepped once, then mixed
+/// ([`Rng::next`] from `Rng(z)`, without keeping the state).
+pub(crate) fn splitmix(z: u64) -> u64 {
+    mix(z.wrapping_add(GAMMA))
+}
+
+/// SplitMix64's finalizer: the bits of `z` mixed, without the step.
 pub(super) fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
@@ -68,6 +80,15 @@ mod tests {
                 16_408_922_859_458_223_821
             ]
         );
+    }
+
+    /// `splitmix(z)` is the output `Rng(z)` draws first, without the state.
+    #[test]
+    fn splitmix_is_the_first_draw_from_a_state() {
+        for z in [0, 1, 1_234_567, u64::MAX] {
+            assert_eq!(splitmix(z), Rng(z).next(), "{z}");
+        }
+        assert_eq!(splitmix(0), 0xe220_a839_7b1d_cdaf);
     }
 
     #[test]
