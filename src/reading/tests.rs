@@ -474,6 +474,26 @@ fn memory(
     source(files)
 }
 
+/// The reading of `segs` over `window` from `files`, with the default
+/// options, for a case that must give one.
+fn read_ok(
+    spec: &FieldSpec,
+    segs: &[Segment<usize>],
+    window: Range<u64>,
+    files: &Files,
+) -> Reading {
+    read_segments(
+        spec,
+        segs,
+        window.start,
+        window.end,
+        ReadOptions::default(),
+        memory(files),
+    )
+    .unwrap()
+    .unwrap()
+}
+
 fn ints(r: &Reading) -> Vec<i32> {
     bits(r).into_iter().map(|b| b as i32).collect()
 }
@@ -485,16 +505,7 @@ fn later_segments_win_and_uncovered_positions_hold_the_fill() {
         Segment::new("f", 0, 0, 4, 2, Dtype::Uint8, vec![]).unwrap(),
         Segment::new("f", 0, 4, 5, 3, Dtype::Uint8, vec![]).unwrap(),
     ];
-    let r = read_segments(
-        &spec(Layout::Fixed, Fill::Int(0)),
-        &segs,
-        2,
-        10,
-        ReadOptions::default(),
-        memory(&files),
-    )
-    .unwrap()
-    .unwrap();
+    let r = read_ok(&spec(Layout::Fixed, Fill::Int(0)), &segs, 2..10, &files);
     assert_eq!(r.shape(), [8]);
     assert_eq!(ints(&r), [0, 0, 1, 5, 6, 7, 0, 0]);
 }
@@ -506,16 +517,7 @@ fn a_narrower_later_row_keeps_the_earlier_trailing_entries() {
         Segment::new("f", 0, 0, 0, 1, Dtype::Uint8, vec![3]).unwrap(),
         Segment::new("f", 0, 3, 0, 1, Dtype::Uint8, vec![1]).unwrap(),
     ];
-    let r = read_segments(
-        &spec(Layout::Fixed, Fill::Int(0)),
-        &segs,
-        0,
-        1,
-        ReadOptions::default(),
-        memory(&files),
-    )
-    .unwrap()
-    .unwrap();
+    let r = read_ok(&spec(Layout::Fixed, Fill::Int(0)), &segs, 0..1, &files);
     assert_eq!(ints(&r), [9, 2, 3]);
 }
 
@@ -528,16 +530,7 @@ fn the_first_segment_fixes_the_element_type_and_floats_are_truncated() {
         Segment::new("f", 0, 0, 0, 1, Dtype::Uint8, vec![]).unwrap(),
         Segment::new("f", 0, 1, 1, 1, Dtype::Float32, vec![]).unwrap(),
     ];
-    let r = read_segments(
-        &spec(Layout::Fixed, Fill::Int(0)),
-        &segs,
-        0,
-        2,
-        ReadOptions::default(),
-        memory(&files),
-    )
-    .unwrap()
-    .unwrap();
+    let r = read_ok(&spec(Layout::Fixed, Fill::Int(0)), &segs, 0..2, &files);
     assert_eq!(r.values(), Values::Int32);
     assert_eq!(ints(&r), [7, 2]);
 }
@@ -558,9 +551,7 @@ fn a_higher_rank_segment_in_the_window_raises_and_outside_it_truncates() {
             output: 1
         })
     ));
-    let r = read_segments(&spec, &both, 0, 2, ReadOptions::default(), memory(&files))
-        .unwrap()
-        .unwrap();
+    let r = read_ok(&spec, &both, 0..2, &files);
     assert_eq!(r.shape(), [2, 2]);
     let _ = low;
 }
@@ -590,16 +581,7 @@ fn csr_rows_are_padded_to_the_widest_row_of_every_segment() {
         Segment::new("m", 0, a, 1, 2, Dtype::Uint32, vec![]).unwrap(),
         Segment::new("m", 0, b, 9, 1, Dtype::Uint32, vec![]).unwrap(),
     ];
-    let r = read_segments(
-        &spec(Layout::Csr, Fill::Int(-1)),
-        &segs,
-        0,
-        3,
-        ReadOptions::default(),
-        memory(&files),
-    )
-    .unwrap()
-    .unwrap();
+    let r = read_ok(&spec(Layout::Csr, Fill::Int(-1)), &segs, 0..3, &files);
     assert_eq!(r.shape(), [3, 3]);
     assert_eq!(ints(&r), [-1, -1, -1, 3, -1, -1, 4, 5, -1]);
 }
@@ -697,16 +679,7 @@ fn an_empty_csr_segment_is_never_read() {
         Segment::new("m", 0, at[0], 0, 2, Dtype::Uint32, vec![]).unwrap(),
         Segment::new("m", 0, 1 << 20, 1, 0, Dtype::Uint32, vec![]).unwrap(),
     ];
-    let r = read_segments(
-        &spec(Layout::Csr, Fill::Int(-1)),
-        &segs,
-        0,
-        3,
-        ReadOptions::default(),
-        memory(&files),
-    )
-    .unwrap()
-    .unwrap();
+    let r = read_ok(&spec(Layout::Csr, Fill::Int(-1)), &segs, 0..3, &files);
     assert_eq!(r.shape(), [3, 2]);
     assert_eq!(ints(&r), [5, 6, 7, -1, -1, -1]);
 }
@@ -752,9 +725,7 @@ fn csr_values_must_be_whole_and_counted_and_offsets_in_order() {
         vec![f]
     };
     let segs = [Segment::new("m", 0, 0, 0, 2, Dtype::Uint32, vec![]).unwrap()];
-    let r = read_segments(&spec, &segs, 0, 1, ReadOptions::default(), memory(&files))
-        .unwrap()
-        .unwrap();
+    let r = read_ok(&spec, &segs, 0..1, &files);
     assert_eq!(ints(&r), [9]);
     // The end before the start: refused by the offsets, nothing read.
     assert_eq!(
@@ -778,16 +749,7 @@ fn segments_that_only_touch_the_window_are_not_read() {
         Segment::new("f", 0, 0, 3, 0, Dtype::Bfloat16, vec![]).unwrap(),
         Segment::new("f", 0, 0, 4, 1, Dtype::Uint8, vec![1, 1]).unwrap(),
     ];
-    let r = read_segments(
-        &spec(Layout::Fixed, Fill::Int(0)),
-        &segs,
-        2,
-        4,
-        ReadOptions::default(),
-        memory(&files),
-    )
-    .unwrap()
-    .unwrap();
+    let r = read_ok(&spec(Layout::Fixed, Fill::Int(0)), &segs, 2..4, &files);
     assert_eq!(r.shape(), [2]);
     assert_eq!(ints(&r), [1, 2]);
 }
@@ -814,16 +776,7 @@ fn element_casts_agree_with_numpy_at_their_edges() {
         Segment::new("f", 0, wide, 12, 1, Dtype::Uint64, vec![]).unwrap(),
         Segment::new("f", 0, wide + 8, 13, 1, Dtype::Int8, vec![]).unwrap(),
     ];
-    let r = read_segments(
-        &spec(Layout::Fixed, Fill::Float(0.0)),
-        &segs,
-        0,
-        14,
-        ReadOptions::default(),
-        memory(&files),
-    )
-    .unwrap()
-    .unwrap();
+    let r = read_ok(&spec(Layout::Fixed, Fill::Float(0.0)), &segs, 0..14, &files);
     assert_eq!(r.values(), Values::Float32);
     assert_eq!(
         bits(&r),
@@ -867,16 +820,12 @@ fn element_casts_agree_with_numpy_at_their_edges() {
         Segment::new("f", 0, 1, 1, 7, Dtype::Float64, vec![]).unwrap(),
         Segment::new("f", 0, halves_at, 8, 5, Dtype::Float16, vec![]).unwrap(),
     ];
-    let r = read_segments(
+    let r = read_ok(
         &spec(Layout::Fixed, Fill::Float(f32::NEG_INFINITY)),
         &segs,
-        0,
-        14,
-        ReadOptions::default(),
-        memory(&files),
-    )
-    .unwrap()
-    .unwrap();
+        0..14,
+        &files,
+    );
     assert_eq!(r.values(), Values::Int32);
     let min = i32::MIN;
     assert_eq!(
@@ -986,11 +935,7 @@ fn rows_of_other_shapes_write_their_leading_corner() {
         Segment::new("f", 0, 6, 0, 1, Dtype::Uint8, vec![1, 2]).unwrap(),
         Segment::new("f", 0, 8, 1, 1, Dtype::Uint8, vec![3, 1]).unwrap(),
     ];
-    let read = |lo, hi| {
-        read_segments(&spec, &segs, lo, hi, ReadOptions::default(), memory(&files))
-            .unwrap()
-            .unwrap()
-    };
+    let read = |lo, hi| read_ok(&spec, &segs, lo..hi, &files);
     let r = read(0, 2);
     assert_eq!(r.shape(), [2, 3, 3]);
     assert_eq!(
@@ -1004,9 +949,7 @@ fn rows_of_other_shapes_write_their_leading_corner() {
         Segment::new("f", 0, 0, 0, 1, Dtype::Uint8, vec![2, 1, 2]).unwrap(),
         Segment::new("f", 0, 4, 1, 1, Dtype::Uint8, vec![1, 2, 1]).unwrap(),
     ];
-    let r = read_segments(&spec, &segs, 0, 2, ReadOptions::default(), memory(&files))
-        .unwrap()
-        .unwrap();
+    let r = read_ok(&spec, &segs, 0..2, &files);
     assert_eq!(r.shape(), [2, 2, 2, 2]);
     assert_eq!(ints(&r), [1, 2, 0, 0, 3, 4, 0, 0, 5, 0, 6, 0, 0, 0, 0, 0]);
 }
@@ -1025,16 +968,7 @@ fn a_narrower_row_of_wide_elements_lands_at_its_strides() {
         Segment::new("f", 0, 0, 0, 1, Dtype::Uint8, vec![2, 3]).unwrap(),
         Segment::new("f", 0, wide_at, 1, 1, Dtype::Uint16, vec![2, 1]).unwrap(),
     ];
-    let r = read_segments(
-        &spec(Layout::Fixed, Fill::Int(0)),
-        &segs,
-        0,
-        2,
-        ReadOptions::default(),
-        memory(&files),
-    )
-    .unwrap()
-    .unwrap();
+    let r = read_ok(&spec(Layout::Fixed, Fill::Int(0)), &segs, 0..2, &files);
     assert_eq!(r.shape(), [2, 2, 3]);
     assert_eq!(ints(&r), [1, 2, 3, 4, 5, 6, 258, 0, 0, 772, 0, 0]);
 }
@@ -1088,32 +1022,19 @@ fn bool_rows_read_as_zero_and_one() {
     file.extend(0.5f32.to_le_bytes());
     let files = vec![file];
     let bools = Segment::new("f", 0, 0, 0, 3, Dtype::Bool, vec![]).unwrap();
-    let r = read_segments(
+    let r = read_ok(
         &spec(Layout::Fixed, Fill::Int(-1)),
         std::slice::from_ref(&bools),
-        0,
-        4,
-        ReadOptions::default(),
-        memory(&files),
-    )
-    .unwrap()
-    .unwrap();
+        0..4,
+        &files,
+    );
     assert_eq!(r.values(), Values::Int32);
     assert_eq!(ints(&r), [1, 0, 1, -1]);
     let segs = [
         Segment::new("f", 0, 3, 3, 1, Dtype::Float32, vec![]).unwrap(),
         bools,
     ];
-    let r = read_segments(
-        &spec(Layout::Fixed, Fill::Float(0.0)),
-        &segs,
-        0,
-        4,
-        ReadOptions::default(),
-        memory(&files),
-    )
-    .unwrap()
-    .unwrap();
+    let r = read_ok(&spec(Layout::Fixed, Fill::Float(0.0)), &segs, 0..4, &files);
     assert_eq!(r.values(), Values::Float32);
     assert_eq!(
         bits(&r),
@@ -1132,16 +1053,12 @@ fn float32_values_keep_a_signalling_nan_bit_for_bit() {
     let (file, at) = csr_file(&[&[&[snan as i32, negative_snan as i32], &[]]]);
     let files = vec![file];
     let segs = [Segment::new("l", 0, at[0], 0, 2, Dtype::Uint32, vec![]).unwrap()];
-    let r = read_segments(
+    let r = read_ok(
         &spec(Layout::Csr, Fill::Float(f32::NEG_INFINITY)),
         &segs,
-        0,
-        2,
-        ReadOptions::default(),
-        memory(&files),
-    )
-    .unwrap()
-    .unwrap();
+        0..2,
+        &files,
+    );
     assert_eq!(r.values(), Values::Float32);
     assert_eq!(bits(&r), [snan, negative_snan, 0xff80_0000, 0xff80_0000]);
     // A row of one float32 under an output row of two.
@@ -1152,15 +1069,6 @@ fn float32_values_keep_a_signalling_nan_bit_for_bit() {
         Segment::new("f", 0, 0, 0, 1, Dtype::Float32, vec![2]).unwrap(),
         Segment::new("f", 0, 8, 1, 1, Dtype::Float32, vec![1]).unwrap(),
     ];
-    let r = read_segments(
-        &spec(Layout::Fixed, Fill::Float(0.0)),
-        &segs,
-        0,
-        2,
-        ReadOptions::default(),
-        memory(&files),
-    )
-    .unwrap()
-    .unwrap();
+    let r = read_ok(&spec(Layout::Fixed, Fill::Float(0.0)), &segs, 0..2, &files);
     assert_eq!(bits(&r), [0x3fc0_0000, 0x4020_0000, snan, 0]);
 }
