@@ -1453,6 +1453,50 @@ mod tests {
         );
     }
 
+    /// The spans of the nodes a scan records, and whether each is indexed.
+    fn recorded(text: &[u8]) -> Vec<(&str, bool)> {
+        let doc = Doc::scan(text).unwrap();
+        assert_eq!(doc.nodes, Doc::scan_reference(text).unwrap().nodes);
+        doc.nodes
+            .iter()
+            .map(|n| {
+                (
+                    std::str::from_utf8(&text[n.span.clone()]).unwrap(),
+                    n.indexed,
+                )
+            })
+            .collect()
+    }
+
+    /// A member of the response (or of a batch's element) that is not one of
+    /// SGLang's slots is opaque, an object or array included: recorded, its
+    /// children not.
+    #[test]
+    fn other_members_of_a_response_are_opaque_even_when_containers() {
+        let text = br#"{"id": {"a": [1]}, "logs": [{"b": 2}], "usage": {"c": 3}}"#;
+        assert_eq!(
+            recorded(text),
+            [
+                (std::str::from_utf8(text).unwrap(), true),
+                (r#"{"a": [1]}"#, false),
+                (r#"[{"b": 2}]"#, false),
+                (r#"{"c": 3}"#, true),
+                ("3", false),
+            ]
+        );
+        let text = br#"[{"id": {"a": 1}, "meta_info": {"d": [4]}}]"#;
+        assert_eq!(
+            recorded(text),
+            [
+                (std::str::from_utf8(text).unwrap(), true),
+                (r#"{"id": {"a": 1}, "meta_info": {"d": [4]}}"#, true),
+                (r#"{"a": 1}"#, false),
+                (r#"{"d": [4]}"#, true),
+                ("[4]", false),
+            ]
+        );
+    }
+
     #[test]
     fn records_the_merge_paths_and_only_them() {
         let text = br#"{"id": "x", "choices": [{"logprobs": [1, 2], "payload": [{"pos": 1}], "routed_experts": null}], "usage": {"a": 1}}"#;
