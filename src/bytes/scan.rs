@@ -30,6 +30,13 @@ const SHORT: usize = 24;
 /// 128th nested array or object.
 const MAX_DEPTH: usize = 127;
 
+/// The longest integer part (its sign included) of a number that cannot
+/// overflow an `f64` with an exponent of at most two digits: such a number
+/// is below `10^(200 + 99)`, and `f64::MAX` is about `1.8e308`. A number
+/// with a longer integer part or exponent is handed to `serde_json` to
+/// decide. (A fraction adds less than 1 to the integer part.)
+const LONG_INTEGER: usize = 200;
+
 /// A validated JSON text and the nodes of the paths a merge reads.
 #[derive(Debug)]
 pub(crate) struct Doc<'a> {
@@ -587,9 +594,7 @@ impl Scanner<'_> {
             None => return Err(self.invalid("EOF while parsing a value")),
         }
         let int_end = self.at;
-        let mut plain = true;
         if self.peek() == Some(b'.') {
-            plain = false;
             self.at += 1;
             match self.peek() {
                 Some(b'0'..=b'9') => self.digits(),
@@ -599,7 +604,6 @@ impl Scanner<'_> {
         }
         let mut exponent_digits = 0;
         if let Some(b'e' | b'E') = self.peek() {
-            plain = false;
             self.at += 1;
             if let Some(b'+' | b'-') = self.peek() {
                 self.at += 1;
@@ -612,15 +616,10 @@ impl Scanner<'_> {
             }
             exponent_digits = self.at - digits;
         }
-        // serde_json refuses a number whose value overflows an f64. Only a
-        // long one can: a short one is read by serde_json itself to decide.
-        let int_digits = int_end - start;
-        let long = if plain {
-            int_digits > 300
-        } else {
-            self.at - start > 300 || exponent_digits > 2
-        };
-        if long {
+        // serde_json refuses a number whose value overflows an f64: only one
+        // with a long integer part or a long exponent can, and serde_json
+        // reads it to decide.
+        if int_end - start > LONG_INTEGER || exponent_digits > 2 {
             let text = self.text.get(start..self.at).unwrap_or_default();
             if serde_json::from_slice::<serde_json::Value>(text).is_err() {
                 self.at = start;
@@ -887,16 +886,17 @@ fn skip_number(text: &[u8], start: usize) -> Result<usize, Refused> {
         Some(b'1'..=b'9') => at = digits_from(text, at + 1),
         _ => return Err(Refused),
     }
+    let int_end = at;
     if text.get(at) == Some(&b'.') {
         at = match text.get(at + 1) {
             Some(b'0'..=b'9') => digits_from(text, at + 2),
             _ => return Err(Refused),
         };
     }
-    // The reference's rule for the numbers serde_json decides: more than
-    // 300 characters (for an integer its whole text is its integer part),
-    // or an exponent of more than two digits.
-    let mut long = false;
+    // The reference's rule for the numbers serde_json decides: an integer
+    // part longer than `LONG_INTEGER`, or an exponent of more than two
+    // digits.
+    let mut long = int_end - start > LONG_INTEGER;
     if let Some(b'e' | b'E') = text.get(at) {
         at += 1;
         if let Some(b'+' | b'-') = text.get(at) {
@@ -907,9 +907,9 @@ fn skip_number(text: &[u8], start: usize) -> Result<usize, Refused> {
             Some(b'0'..=b'9') => digits_from(text, at + 1),
             _ => return Err(Refused),
         };
-        long = at - digits > 2;
+        long |= at - digits > 2;
     }
-    if long || at - start > 300 {
+    if long {
         let number = text.get(start..at).unwrap_or_default();
         if serde_json::from_slice::<serde_json::Value>(number).is_err() {
             return Err(Refused);
@@ -1401,6 +1401,37 @@ mod tests {
             "17976931348623159e292".to_owned(),
         ] {
             same_as_serde(case.as_bytes());
+        }
+    }
+
+    /// A number shorter than 300 characters with a two-digit exponent can
+    /// still overflow an `f64`: 250 digits times `1e99` is about `1e348`,
+    /// 211 digits `1e309`, while 210 digits times `1e99` (`1e308`) fits.
+    /// serde_json decides; both readers agree with it, in every place.
+    #[test]
+    fn a_short_number_with_a_two_digit_exponent_can_overflow() {
+        for (int_digits, exponent) in [
+            (250, "e99"),
+            (211, "e99"),
+            (210, "e99"),
+            (209, "e99"),
+            (211, "E+98"),
+            (250, "e-99"),
+            (290, "e19"),
+        ] {
+            for fraction in ["", ".5"] {
+                let number = format!("1{}{fraction}{exponent}", "0".repeat(int_digits - 1));
+                for sign in ["", "-"] {
+                    let value = format!("{sign}{number}");
+                    for text in in_every_place(value.as_bytes()) {
+                        same_as_serde(&text);
+                    }
+                    let array = format!("[{value}]");
+                    for text in in_every_place(array.as_bytes()) {
+                        same_as_serde(&text);
+                    }
+                }
+            }
         }
     }
 
