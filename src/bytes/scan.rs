@@ -1528,6 +1528,27 @@ mod tests {
         );
     }
 
+    /// An escaped key chooses what is recorded as its unescaped text does,
+    /// at every level whose keys choose: `"\u0069d"` is `id` (opaque),
+    /// `"ch\u006fices"` is `choices`, `"l\u006fgprobs"` is `logprobs`
+    /// (opaque) and `"p\u0061yload"` is `payload` (in full).
+    #[test]
+    fn escaped_keys_choose_what_is_recorded_as_their_text() {
+        let text = br#"{"\u0069d": {"a": 1}, "ch\u006fices": [{"l\u006fgprobs": [1], "p\u0061yload": [2]}]}"#;
+        assert_eq!(
+            recorded(text),
+            [
+                (std::str::from_utf8(text).unwrap(), true),
+                (r#"{"a": 1}"#, false),
+                (r#"[{"l\u006fgprobs": [1], "p\u0061yload": [2]}]"#, true),
+                (r#"{"l\u006fgprobs": [1], "p\u0061yload": [2]}"#, true),
+                ("[1]", false),
+                ("[2]", true),
+                ("2", false),
+            ]
+        );
+    }
+
     #[test]
     fn records_the_merge_paths_and_only_them() {
         let text = br#"{"id": "x", "choices": [{"logprobs": [1, 2], "payload": [{"pos": 1}], "routed_experts": null}], "usage": {"a": 1}}"#;
