@@ -1261,6 +1261,50 @@ mod tests {
         }
     }
 
+    /// Where the scanner refuses a text for the reason serde_json gives, it
+    /// says so in serde_json's words, in every place (the message is taken
+    /// from serde_json's error, its location cut off): a control character
+    /// in a string (a byte below 0x20, never the space), a leading
+    /// surrogate followed by something other than an escape (but for the
+    /// end of the text), bytes that are not UTF-8.
+    #[test]
+    fn messages_are_serde_jsons_where_the_reason_is_the_same() {
+        let cases: &[&[u8]] = &[
+            b"\"a\x01\"",
+            b"\"\x00\"",
+            b"\"abc\x1f\"",
+            b"\"\x0a\"",
+            b"\"\\ud800x\"",
+            b"\"\\ud800\"",
+            b"\"\\ud800\\n\"",
+            b"\"\xff\"",
+            b"\"\xc3\"",
+            b"\"\xed\xa0\x80\"",
+            b"\"\\x\"",
+            b"[1 2]",
+            b"{\"a\" 1}",
+        ];
+        // The text's end inside a string: only where nothing follows.
+        let at_the_end: &[&[u8]] = &[b"\"\\ud800", b"\"\\ud83d\\", b"\"abc", b"\"abc\\"];
+        let texts = cases
+            .iter()
+            .flat_map(|case| in_every_place(case))
+            .chain(at_the_end.iter().map(|case| case.to_vec()));
+        for text in texts {
+            let theirs = serde_json::from_slice::<serde_json::Value>(&text).unwrap_err();
+            let theirs = theirs.to_string();
+            let theirs = theirs.split(" at line ").next().unwrap();
+            for ours in [Doc::scan(&text), Doc::scan_reference(&text)] {
+                assert_eq!(
+                    ours.map(|_| ()).unwrap_err().message,
+                    theirs,
+                    "{:?}",
+                    String::from_utf8_lossy(&text)
+                );
+            }
+        }
+    }
+
     #[test]
     fn the_fast_path_counts_nesting_as_the_reference_does() {
         // The limit is reached inside a value the fast path reads, at every
