@@ -1479,6 +1479,29 @@ mod tests {
         }
     }
 
+    /// A number of at most 300 characters whose exponent has two digits
+    /// can still overflow an `f64`: a long integer part adds to the
+    /// exponent (10^210 x 10^99 is past f64::MAX). serde_json refuses it.
+    #[test]
+    fn a_long_mantissa_with_a_short_exponent_is_decided_by_serde_json() {
+        for case in [
+            format!("1{}e99", "0".repeat(210)),
+            format!("1{}e99", "0".repeat(205)),
+            format!("-1{}e99", "0".repeat(210)),
+            format!("1{}.5e99", "0".repeat(210)),
+            format!("1{}E+99", "0".repeat(210)),
+            format!("1{}e-99", "0".repeat(210)),
+            format!("1{}e9", "0".repeat(299)),
+            format!("1{}e9", "0".repeat(290)),
+            format!("0.{}e99", "0".repeat(250)),
+        ] {
+            for text in in_every_place(format!("[{case}]").as_bytes()) {
+                same_as_serde(&text);
+            }
+            same_as_serde(case.as_bytes());
+        }
+    }
+
     #[test]
     fn unescape_matches_serde_json() {
         for text in [
