@@ -1305,6 +1305,52 @@ mod tests {
         }
     }
 
+    /// Texts that are JSON but for one closing bracket, one member, or one
+    /// letter of a literal, and their valid neighbours: where a container
+    /// closes and what is open after it (an array, or an object whose
+    /// members are keyed), and the literals' letters, all of which the fast
+    /// path tracks itself. Every one is decided by serde_json as well.
+    #[test]
+    fn the_fast_path_closes_what_it_opened() {
+        let cases: &[&[u8]] = &[
+            // A number then a number in an object: not an array's element.
+            b"{\"a\":1,2}",
+            b"{\"a\":1,2,\"b\":3}",
+            b"[{\"a\":1,2}]",
+            b"{\"a\":[1,2],\"b\":3,4}",
+            b"{\"a\":1,\"b\":2}",
+            // The wrong closing bracket after a value.
+            b"{\"a\":1]",
+            b"[1}",
+            b"[[1}]",
+            b"{\"a\":{\"b\":1]}",
+            b"[\"x\"}",
+            b"{\"a\":\"x\"]",
+            // Empty containers, then more members or elements.
+            b"[[],1]",
+            b"[{},1]",
+            b"[[],[]]",
+            b"{\"a\":[],\"b\":1}",
+            b"{\"a\":{},\"b\":1}",
+            b"[[1],2]",
+            b"[{\"a\":1},2]",
+            b"{\"a\":[1],\"b\":[2]}",
+            b"[[],}",
+            b"[{},]",
+            // A literal with one letter wrong.
+            b"[trux]",
+            b"[fals3]",
+            b"[nul1]",
+            b"{\"a\":truE}",
+            b"[true,falsE]",
+        ];
+        for case in cases {
+            for text in in_every_place(case) {
+                same_as_serde(&text);
+            }
+        }
+    }
+
     #[test]
     fn the_fast_path_counts_nesting_as_the_reference_does() {
         // The limit is reached inside a value the fast path reads, at every
