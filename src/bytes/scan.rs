@@ -1183,6 +1183,13 @@ mod tests {
             .collect()
     }
 
+    /// [`same_as_serde`] of `value` in each of [`in_every_place`]'s places.
+    fn same_as_serde_in_every_place(value: &[u8]) {
+        for text in in_every_place(value) {
+            same_as_serde(&text);
+        }
+    }
+
     #[test]
     fn the_fast_path_refuses_where_the_reference_does() {
         let cases: &[&[u8]] = &[
@@ -1249,16 +1256,10 @@ mod tests {
             b"[[[]]",
         ];
         for case in cases {
-            for text in in_every_place(case) {
-                same_as_serde(&text);
-            }
+            same_as_serde_in_every_place(case);
         }
-        for text in in_every_place(format!("[{}]", "1".repeat(400)).as_bytes()) {
-            same_as_serde(&text);
-        }
-        for text in in_every_place(format!("[1.{}e5]", "0".repeat(400)).as_bytes()) {
-            same_as_serde(&text);
-        }
+        same_as_serde_in_every_place(format!("[{}]", "1".repeat(400)).as_bytes());
+        same_as_serde_in_every_place(format!("[1.{}e5]", "0".repeat(400)).as_bytes());
     }
 
     /// Where the scanner refuses a text for the reason serde_json gives, it
@@ -1345,9 +1346,7 @@ mod tests {
             b"[true,falsE]",
         ];
         for case in cases {
-            for text in in_every_place(case) {
-                same_as_serde(&text);
-            }
+            same_as_serde_in_every_place(case);
         }
     }
 
@@ -1359,9 +1358,7 @@ mod tests {
             for open in [b"[", b"{\"k\":".as_slice()] {
                 let close = if open == b"[" { b"]" } else { b"}" };
                 let value = [open.repeat(depth), b"0".to_vec(), close.repeat(depth)].concat();
-                for text in in_every_place(&value) {
-                    same_as_serde(&text);
-                }
+                same_as_serde_in_every_place(&value);
             }
         }
     }
@@ -1461,9 +1458,7 @@ mod tests {
         /// message) and accepts what serde_json accepts, in every place.
         #[test]
         fn the_fast_path_is_the_reference(value in near_json()) {
-            for text in in_every_place(&value) {
-                same_as_serde(&text);
-            }
+            same_as_serde_in_every_place(&value);
         }
     }
 
@@ -1513,13 +1508,9 @@ mod tests {
                 let number = format!("1{}{fraction}{exponent}", "0".repeat(int_digits - 1));
                 for sign in ["", "-"] {
                     let value = format!("{sign}{number}");
-                    for text in in_every_place(value.as_bytes()) {
-                        same_as_serde(&text);
-                    }
+                    same_as_serde_in_every_place(value.as_bytes());
                     let array = format!("[{value}]");
-                    for text in in_every_place(array.as_bytes()) {
-                        same_as_serde(&text);
-                    }
+                    same_as_serde_in_every_place(array.as_bytes());
                 }
             }
         }
@@ -1541,9 +1532,7 @@ mod tests {
             format!("1{}e9", "0".repeat(290)),
             format!("0.{}e99", "0".repeat(250)),
         ] {
-            for text in in_every_place(format!("[{case}]").as_bytes()) {
-                same_as_serde(&text);
-            }
+            same_as_serde_in_every_place(format!("[{case}]").as_bytes());
             same_as_serde(case.as_bytes());
         }
     }
