@@ -52,6 +52,20 @@ fn timed_memcpy(decode: &[u8], into: &mut [u8]) {
     into.copy_from_slice(decode);
 }
 
+/// The time per merge of `n` `Value` merges, each on its own clone of
+/// `decode`, all made before the clock starts (the clones are dropped after
+/// it stops).
+fn value_round(prefill: &Value, decode: &Value, n: usize) -> f64 {
+    let mut values: Vec<Value> = (0..n).map(|_| decode.clone()).collect();
+    let clock = std::time::Instant::now();
+    for v in &mut values {
+        black_box(timed_value(prefill, v));
+    }
+    let per_merge = clock.elapsed().as_secs_f64() / n as f64;
+    drop(values);
+    per_merge
+}
+
 /// The median over 15 rounds of the time of one of each (N of each per
 /// round, on clones made before the round's clock starts), as a ratio to one
 /// parse: a quick look between criterion runs.
@@ -59,13 +73,7 @@ fn ratios(prefill: &Value, decode: &Value, p: &[u8], d: &[u8], n: usize) {
     use std::time::Instant;
     let mut times: [Vec<f64>; 4] = Default::default();
     for _ in 0..15 {
-        let mut values: Vec<Value> = (0..n).map(|_| decode.clone()).collect();
-        let clock = Instant::now();
-        for v in &mut values {
-            black_box(timed_value(prefill, v));
-        }
-        times[0].push(clock.elapsed().as_secs_f64() / n as f64);
-        drop(values);
+        times[0].push(value_round(prefill, decode, n));
         let mut bodies: Vec<Vec<u8>> = (0..n).map(|_| d.to_vec()).collect();
         let clock = Instant::now();
         for b in &mut bodies {
@@ -158,15 +166,9 @@ fn main() {
             // Per-merge time of the Value merge on bulk clones: the minimum
             // and the median over N rounds of 16 (the minimum is the round
             // least disturbed by other work on a shared machine).
-            use std::time::Instant;
             let mut times = Vec::with_capacity(n);
             for _ in 0..n {
-                let mut values: Vec<Value> = (0..16).map(|_| decode.clone()).collect();
-                let clock = Instant::now();
-                for v in &mut values {
-                    black_box(timed_value(&prefill, v));
-                }
-                times.push(clock.elapsed().as_secs_f64() / 16.0);
+                times.push(value_round(&prefill, &decode, 16));
             }
             times.sort_by(f64::total_cmp);
             println!(
