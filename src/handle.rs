@@ -231,7 +231,10 @@ impl<'v, V: View<'v>> Keys<'v, V> {
     }
 
     /// Where the value of member `key` goes: one of the five keys a segment
-    /// is read by besides `field`, or `None` for any other member.
+    /// is read by besides `field`, or `None` for any other member. Inlined:
+    /// it runs for every member of every segment, and a call cost more than
+    /// the comparisons (callgrind, 8 x 32: 22 instructions a member).
+    #[inline(always)]
     fn slot(&mut self, key: &[u8]) -> Option<&mut Option<V>> {
         Some(match key {
             b"pos" => &mut self.pos,

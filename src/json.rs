@@ -6,14 +6,25 @@ use crate::error::{Error, Location};
 use crate::view::{describe_view, Kind, View};
 
 /// A JSON integer in `0..=u64::MAX`, or [`Error::Integer`] at `at()`.
+/// Inlined, with the error built out of line: three of these run for every
+/// payload segment, and the call cost as much as the check.
+#[inline(always)]
 pub(crate) fn integer<'a, V: View<'a>>(
     value: Option<V>,
     at: impl FnOnce() -> Location,
 ) -> Result<u64, Error> {
-    value.and_then(View::as_u64).ok_or_else(|| Error::Integer {
+    match value.and_then(View::as_u64) {
+        Some(n) => Ok(n),
+        None => Err(not_an_integer(value, at)),
+    }
+}
+
+#[cold]
+fn not_an_integer<'a, V: View<'a>>(value: Option<V>, at: impl FnOnce() -> Location) -> Error {
+    Error::Integer {
         at: at(),
         got: describe_view(value),
-    })
+    }
 }
 
 /// A supported dtype name, or [`Error::Dtype`] at `at()`.
@@ -21,13 +32,21 @@ pub(crate) fn dtype<'a, V: View<'a>>(
     value: Option<V>,
     at: impl FnOnce() -> Location,
 ) -> Result<Dtype, Error> {
-    value
+    match value
         .and_then(View::as_str)
-        .and_then(|name| name.parse::<Dtype>().ok())
-        .ok_or_else(|| Error::Dtype {
-            at: at(),
-            got: describe_view(value),
-        })
+        .and_then(|name| Dtype::from_name(&name))
+    {
+        Some(dtype) => Ok(dtype),
+        None => Err(not_a_dtype(value, at)),
+    }
+}
+
+#[cold]
+fn not_a_dtype<'a, V: View<'a>>(value: Option<V>, at: impl FnOnce() -> Location) -> Error {
+    Error::Dtype {
+        at: at(),
+        got: describe_view(value),
+    }
 }
 
 /// An array of JSON integers in `0..=u64::MAX`, of exactly `len` entries when
@@ -51,19 +70,26 @@ pub(crate) fn shape<'a, V: View<'a>>(
     if len.is_some_and(|len| array.elements().map_or(0, Iterator::count) != len) {
         return Err(wrong());
     }
-    for (k, dim) in array.elements().into_iter().flatten().enumerate() {
-        integer(Some(dim), || at().index(k))?;
+    // No `flatten` of the `Option`: its state per step cost more than the
+    // check (this runs for every payload segment's shape).
+    if let Some(elements) = array.elements() {
+        for (k, dim) in elements.enumerate() {
+            integer(Some(dim), || at().index(k))?;
+        }
     }
     Ok(array)
 }
 
 /// The entries of an array [`shape`] validated.
 pub(crate) fn dims<'a, V: View<'a>>(shape: V) -> impl Iterator<Item = u64> + 'a {
-    shape
-        .elements()
-        .into_iter()
-        .flatten()
-        .filter_map(View::as_u64)
+    // As in `shape`: the `Option` checked per step, not flattened.
+    let mut elements = shape.elements();
+    std::iter::from_fn(move || loop {
+        match elements.as_mut()?.next()?.as_u64() {
+            Some(dim) => return Some(dim),
+            None => continue,
+        }
+    })
 }
 
 /// `side choices[choice]`.
