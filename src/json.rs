@@ -15,16 +15,19 @@ pub(crate) fn integer<'a, V: View<'a>>(
 ) -> Result<u64, Error> {
     match value.and_then(View::as_u64) {
         Some(n) => Ok(n),
-        None => Err(not_an_integer(value, at)),
+        None => Err(cold(|| Error::Integer {
+            at: at(),
+            got: describe_view(value),
+        })),
     }
 }
 
+/// Builds an error out of the hot path's line: the readers above are
+/// inlined into every segment's validation, their errors are not.
 #[cold]
-fn not_an_integer<'a, V: View<'a>>(value: Option<V>, at: impl FnOnce() -> Location) -> Error {
-    Error::Integer {
-        at: at(),
-        got: describe_view(value),
-    }
+#[inline(never)]
+fn cold(build: impl FnOnce() -> Error) -> Error {
+    build()
 }
 
 /// A supported dtype name, or [`Error::Dtype`] at `at()`.
@@ -37,15 +40,10 @@ pub(crate) fn dtype<'a, V: View<'a>>(
         .and_then(|name| Dtype::from_name(&name))
     {
         Some(dtype) => Ok(dtype),
-        None => Err(not_a_dtype(value, at)),
-    }
-}
-
-#[cold]
-fn not_a_dtype<'a, V: View<'a>>(value: Option<V>, at: impl FnOnce() -> Location) -> Error {
-    Error::Dtype {
-        at: at(),
-        got: describe_view(value),
+        None => Err(cold(|| Error::Dtype {
+            at: at(),
+            got: describe_view(value),
+        })),
     }
 }
 
@@ -84,12 +82,7 @@ pub(crate) fn shape<'a, V: View<'a>>(
 pub(crate) fn dims<'a, V: View<'a>>(shape: V) -> impl Iterator<Item = u64> + 'a {
     // As in `shape`: the `Option` checked per step, not flattened.
     let mut elements = shape.elements();
-    std::iter::from_fn(move || loop {
-        match elements.as_mut()?.next()?.as_u64() {
-            Some(dim) => return Some(dim),
-            None => continue,
-        }
-    })
+    std::iter::from_fn(move || elements.as_mut()?.next()).filter_map(View::as_u64)
 }
 
 /// `side choices[choice]`.
