@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# The real SGLang engine harness (issue 36): SGLang 0.5.23 on the CPU, a
+# colocated server and a prefill/decode pair over mooncake's TCP transfer,
+# the example router in front of the pair, and drive.py comparing what the
+# router stitches with what the colocated server answers, bitwise.
+#
+#   tests/engines/sglang/run.sh            # from anywhere
+#
+# Environment:
+#   PD_ROUTER_ARGS        extra arguments for the example router
+#   SGLANG_WRITE_FIXTURES=1  also write the saved answers into
+#                         tests/fixtures/engines/sglang/ (else only under
+#                         target/engines/sglang/answers/)
+#   SGLANG_HEALTH_TIMEOUT seconds a server may take to become healthy (300)
+#   SGLANG_SKIP_BUILD=1   use the router and CLI already built
+#   SGLANG_HOLD=1         start everything, write the URLs to
+#                         target/engines/sglang/ports.env and wait (to try
+#                         requests by hand) instead of running drive.py
+#
+# Everything it makes is under target/engines/sglang: the venv (kept between
+# runs, see install.sh), the model, logs/ and answers/. The servers listen on
+# 127.0.0.1 on free ports picked here, each in its own process group, and are
+# stopped by their ids when the script exits, whether it passed or not.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../../.." && pwd)"
+cd "$root"
+out="$root/target/engines/sglang"
+logs="$out/logs"
+mkdir -p "$logs"
+t0=$SECONDS
+say() { echo "== sglang: $* (at $((SECONDS - t0)) s)"; }
+
+say "venv"
+bash "$here/install.sh"
+py="$out/venv/bin/python"
+
+say "the model"
+model="$out/model"
+if [[ ! -f "$model/config.json" || ! -f "$model/model.safetensors" ]]; then
+    # The same tiny random-weight Qwen3-MoE the vLLM harness serves: 3 layers,
+    # 8 experts, top-2, so rows of 3 x 2 ids.
+    "$py" "$root/tests/engines/vllm/make_model.py" "$model"
+fi
+
+if [[ "${SGLANG_SKIP_BUILD:-}" != 1 ]]; then
+    say "building the example router and the CLI"
+    cargo build --locked --quiet --example pd_router --bin pd-stitch
+fi
+router_bin="$root/target/debug/examples/pd_router"
+cli_bin="$root/target/debug/pd-stitch"
+
+# --- processes: each started in its own process group, stopped by its id ---
+pgids=()
+stop_all() {
+    local rc=$?
+    for g in "${pgids[@]}"; do kill -TERM -- "-$g" 2>/dev/null || true; done
+    for g in "${pgids[@]}"; do
+        for _ in $(seq 50); do kill -0 -- "-$g" 2>/dev/null || break; sleep 0.2; done
+        kill -KILL -- "-$g" 2>/dev/null || true
+    done
+    [[ ${#pgids[@]} -gt 0 ]] && echo "== sglang: stopped ${#pgids[@]} process groups (${pgids[*]})"
+    exit "$rc"
+}
+trap stop_all EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Free loopback ports, all held at once while picked so that none repeats.
+read -r port_colo port_prefill port_decode port_boot port_router < <("$py" - <<'EOF'
+import socket
+socks = [socket.socket() for _ in range(5)]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in socks])
+EOF
+)
+
+export PYTHONPATH="$here/pypath${PYTHONPATH:+:$PYTHONPATH}"
+export SGLANG_USE_CPU_ENGINE=1
+# With the early send of a cached prefix, a prefill whose prompt hits its radix
+# cache sends from a CUDA stream, which a CPU does not have.
+export SGLANG_DISAGG_PREFILL_EARLY_SEND_CACHED_PREFIX=0
+# One thread per process: three servers and the router share 2 cores.
+export OMP_NUM_THREADS=1
+
+# Token slots of the KV pool, which also index the routed-experts host buffer
+# (one row per slot). SGLang's default is what fits in memory (20 M slots,
+# 14 GB of KV, on this machine); small pools keep three servers in memory and
+# make the decode's pool wrap after a few dozen requests, so that its unwritten
+# prompt rows are stale rows of earlier requests (drive.py checks both).
+DECODE_POOL=2048
+OTHER_POOL=8192
+common=(--model-path "$model" --device cpu --attention-backend torch_native
+    --sampling-backend pytorch --skip-tokenizer-init --enable-return-routed-experts
+    --disable-cuda-graph --page-size 1 --host 127.0.0.1)
+
+declare -A pid_of start_of
+start_server() { # name port args...
+    local name=$1 port=$2
+    shift 2
+    setsid "$py" -m sglang.launch_server "${common[@]}" --port "$port" "$@" \
+        > "$logs/$name.log" 2>&1 < /dev/null &
+    pid_of[$name]=$!
+    pgids+=("$!")
+    start_of[$name]=$SECONDS
+}
+
+say "starting three SGLang servers (logs in $logs)"
+start_server colocated "$port_colo" --max-total-tokens "$OTHER_POOL"
+start_server prefill "$port_prefill" --max-total-tokens "$OTHER_POOL" \
+    --disaggregation-mode prefill --disaggregation-transfer-backend mooncake_tcp \
+    --disaggregation-bootstrap-port "$port_boot"
+# A decode keeps the KV of a request it retracts in a host pool sized from
+# the machine's free memory less a 10 GiB reserve
+# (sglang/srt/mem_cache/hicache_auto_size.py), and does not start when less is
+# free ("No host memory is left for HiCache"), as on a machine busy with
+# builds. Without a backup, a retracted request is a 503 (drive.py would see
+# it); the requests here are sequential and fit the pool, so none is.
+start_server decode "$port_decode" --max-total-tokens "$DECODE_POOL" \
+    --disaggregation-mode decode --disaggregation-transfer-backend mooncake_tcp \
+    --disaggregation-decode-retraction-backup none
+
+health_timeout=${SGLANG_HEALTH_TIMEOUT:-300}
+declare -A ready_after
+pending=(colocated prefill decode)
+port_for() { case $1 in colocated) echo "$port_colo" ;; prefill) echo "$port_prefill" ;; decode) echo "$port_decode" ;; esac; }
+deadline=$((SECONDS + health_timeout))
+while [[ ${#pending[@]} -gt 0 ]]; do
+    still=()
+    for name in "${pending[@]}"; do
+        if ! kill -0 "${pid_of[$name]}" 2>/dev/null; then
+            echo "== sglang: the $name server died; the end of its log:" >&2
+            tail -n 40 "$logs/$name.log" >&2
+            exit 1
+        fi
+        if curl -sf -m 5 "http://127.0.0.1:$(port_for "$name")/health" > /dev/null 2>&1; then
+            ready_after[$name]=$((SECONDS - start_of[$name]))
+            echo "== sglang: $name healthy after ${ready_after[$name]} s (port $(port_for "$name"))"
+        else
+            still+=("$name")
+        fi
+    done
+    pending=("${still[@]+"${still[@]}"}")
+    if [[ ${#pending[@]} -gt 0 ]]; then
+        if ((SECONDS > deadline)); then
+            for name in "${pending[@]}"; do
+                echo "== sglang: $name not healthy after $health_timeout s; the end of its log:" >&2
+                tail -n 40 "$logs/$name.log" >&2
+            done
+            exit 1
+        fi
+        sleep 2
+    fi
+done
+
+say "starting the example router"
+# shellcheck disable=SC2086 # PD_ROUTER_ARGS is a list of words on purpose
+setsid "$router_bin" --prefill "http://127.0.0.1:$port_prefill" --decode "http://127.0.0.1:$port_decode" \
+    --row-shape 3x2 --bootstrap-port "$port_boot" --listen "127.0.0.1:$port_router" \
+    ${PD_ROUTER_ARGS:-} > "$logs/router.log" 2>&1 < /dev/null &
+router_pid=$!
+pgids+=("$router_pid")
+for _ in $(seq 100); do
+    kill -0 "$router_pid" 2>/dev/null || { echo "== sglang: the router died:" >&2; tail -n 20 "$logs/router.log" >&2; exit 1; }
+    (echo > "/dev/tcp/127.0.0.1/$port_router") 2>/dev/null && break
+    sleep 0.1
+done
+
+cat > "$out/ports.env" <<PORTS
+COLOCATED=http://127.0.0.1:$port_colo
+PREFILL=http://127.0.0.1:$port_prefill
+DECODE=http://127.0.0.1:$port_decode
+ROUTER=http://127.0.0.1:$port_router
+BOOTSTRAP_PORT=$port_boot
+PORTS
+if [[ "${SGLANG_HOLD:-}" == 1 ]]; then
+    say "holding the servers for requests by hand ($out/ports.env); stop with kill -- -$$"
+    while sleep 5; do :; done
+fi
+
+say "drive.py"
+fixture_args=()
+[[ "${SGLANG_WRITE_FIXTURES:-}" == 1 ]] && fixture_args=(--fixtures "$root/tests/fixtures/engines/sglang")
+"$py" "$here/drive.py" \
+    --colocated "http://127.0.0.1:$port_colo" \
+    --prefill "http://127.0.0.1:$port_prefill" \
+    --decode "http://127.0.0.1:$port_decode" \
+    --router "http://127.0.0.1:$port_router" \
+    --bootstrap-port "$port_boot" \
+    --decode-pool "$DECODE_POOL" \
+    --pd-stitch "$cli_bin" \
+    --answers "$out/answers" \
+    --startup "colocated=${ready_after[colocated]},prefill=${ready_after[prefill]},decode=${ready_after[decode]}" \
+    "${fixture_args[@]+"${fixture_args[@]}"}"
+say "passed"
