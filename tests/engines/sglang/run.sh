@@ -56,7 +56,9 @@ stop_all() {
     local rc=$?
     for g in "${pgids[@]}"; do kill -TERM -- "-$g" 2>/dev/null || true; done
     for g in "${pgids[@]}"; do
-        for _ in $(seq 50); do kill -0 -- "-$g" 2>/dev/null || break; sleep 0.2; done
+        # SGLang's own SIGTERM handler ends its process tree (with SIGKILL:
+        # bash reports those as "Killed"); 20 s before this script does.
+        for _ in $(seq 100); do kill -0 -- "-$g" 2>/dev/null || break; sleep 0.2; done
         kill -KILL -- "-$g" 2>/dev/null || true
     done
     [[ ${#pgids[@]} -gt 0 ]] && echo "== sglang: stopped ${#pgids[@]} process groups (${pgids[*]})"
