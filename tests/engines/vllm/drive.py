@@ -158,9 +158,25 @@ class Driver:
     def run(self, check):
         colo = self.one_side(check, "colocated", self.a.colocated)
         merged = self.one_side(check, "router", self.a.router)
+        if check.body.get("stream") and colo is not None:
+            self.check_reassembly(check, colo)
         self.judge(check, colo, merged)
         self.checks.append(check)
         return check
+
+    def check_reassembly(self, check, streamed):
+        """A stream reassembled (token deltas concatenated, the rows event's
+        value) equals the same request answered whole, on the colocated
+        server: what makes a reassembled stream a fair input for compare."""
+        body = {k: v for k, v in check.body.items() if k not in ("stream", "stream_options")}
+        try:
+            whole = post_json(self.a.colocated, body)
+        except (HttpError, OSError) as e:
+            check.errors.append(f"colocated, not streamed: {e}")
+            return
+        for a, b in zip(whole["choices"], streamed["choices"]):
+            if a["token_ids"] != b["token_ids"] or not _same(rows(a["routed_experts"]), rows(b["routed_experts"])):
+                check.errors.append(f"choice {a['index']}: the colocated stream reassembled differs from its whole answer")
 
     def run_concurrently(self, checks, k=4):
         """The colocated answers k at a time, then the router's k at a time."""

@@ -262,6 +262,7 @@ fi
 
 say "driving"
 empty_kv
+rm -rf "$WORK/answers"
 "$PY" $HERE/drive.py "${URLS[@]}" --pd-stitch "$PD_STITCH" --answers "$WORK/answers" || rc=$?
 
 for i in "${!PIDS[@]}"; do
