@@ -11,7 +11,9 @@ or four at once, two-turn episodes with and without
 and through the router. The tokens must be equal, and the rows too, bitwise:
 each answer pair is saved under DIR (a stream as its raw SSE text and as a
 response-shaped JSON reassembled from its events) and `pd-stitch compare A B`
-must exit 0 on it.
+must exit 0 on it. (A stream without a usage event gets, reassembled,
+the `usage` its request implies, the same on both sides: compare places a
+vLLM `.npy` from `usage.prompt_tokens`.)
 
 Before the matrix, the engine's own P/D facts are checked without the
 router: the prefill (max_tokens 1) answers the colocated rows [0, P), the
@@ -68,7 +70,7 @@ class Driver:
         """(raw bytes, response dict, stream facts or None)."""
         raw = post(base, body)
         if body.get("stream"):
-            resp, facts = assemble_stream(raw)
+            resp, facts = assemble_stream(raw, prompt_tokens=len(body["token_ids"]))
             return raw, resp, facts
         return raw, json.loads(raw), None
 

@@ -52,15 +52,19 @@ def sse_events(raw):
     return events
 
 
-def assemble_stream(raw):
+def assemble_stream(raw, prompt_tokens=None):
     """A streamed answer reassembled into a non-streamed answer's shape.
 
     Per choice (by `index`): `token_ids` concatenated over the events (each
     event carries the tokens new since the last, as vLLM's generate stream
     does; checked by drive.py against the non-streamed answer), the one
     `routed_experts` value (more than one is an error), the last
-    `finish_reason`; the last event's `usage` when there is one. Returns
-    (response_dict, facts) where facts says which event carried what.
+    `finish_reason`; the last event's `usage` when there is one. A stream
+    without a usage event (no `stream_options.include_usage`) gets, when
+    `prompt_tokens` is given (the request's length), the `usage` a whole
+    answer would have had, so that `pd-stitch compare` can place its `.npy`
+    rows (it reads them end-anchored at `usage.prompt_tokens` + N - 1).
+    Returns (response_dict, facts) where facts says which event carried what.
     """
     events = sse_events(raw)
     if not events or events[-1] != "[DONE]":
@@ -96,6 +100,11 @@ def assemble_stream(raw):
     resp["choices"] = [choices[i] for i in sorted(choices)]
     if usage is not None:
         resp["usage"] = usage
+    elif prompt_tokens is not None:
+        completion = sum(len(c["token_ids"]) for c in resp["choices"])
+        resp["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
+                         "total_tokens": prompt_tokens + completion}
+        facts["usage_from_request"] = True
     return resp, facts
 
 
