@@ -70,6 +70,7 @@ async fn start_router(prefill: &str, decode: &str, stitch: bool) -> String {
         strict: false,
         row_shape: None,
         bootstrap_port: 8998,
+        decode_start: true,
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

@@ -80,6 +80,11 @@ pub struct Config {
     /// The SGLang prefill's bootstrap port (`--disaggregation-bootstrap-port`,
     /// 8998 unless set), which the decode is told to pull the KV cache from.
     pub bootstrap_port: u16,
+    /// Whether to ask the decode only for the rows it computes (on unless
+    /// `--no-decode-start`): vLLM's `sampling_params.routed_experts_prompt_start`
+    /// and SGLang's `routed_experts_start_len` set to the prompt's length
+    /// (see [`decode_request`], [`sglang_decode_request`]).
+    pub decode_start: bool,
 }
 
 /// The router's state: its configuration and one pooled HTTP client.
@@ -117,7 +122,8 @@ pub async fn serve(listener: tokio::net::TcpListener, app: axum::Router) -> std:
 pub struct Failure {
     /// The HTTP status the client gets.
     pub status: StatusCode,
-    /// `invalid_request`, `backend_error`, `backend_timeout` or `stitch_error`.
+    /// `invalid_request`, `backend_error`, `backend_timeout`, `stitch_error` or
+    /// `prompt_length`.
     pub kind: &'static str,
     /// What happened, for the client and the log.
     pub message: String,
@@ -260,19 +266,17 @@ impl Router {
         // The prefill is read as a tree for its kv_transfer_params alone; the
         // merge reads its bytes.
         let prefill = not_json(Backend::Prefill, serde_json::from_slice(&prefill_body))?;
+        let decode_request = decode_request(request, &prefill, self.config.decode_start)?;
         if stream {
             // The decode's stream goes through as it comes, every event at
             // once; the event that carries rows is stitched on the way.
-            let decode_request = decode_request(request, &prefill);
             let response = self
                 .send(Backend::Decode, VLLM, &decode_request, false)
                 .await?;
             return self.stream(prefill_body, response);
         }
 
-        let decode = self
-            .body(Backend::Decode, VLLM, &decode_request(request, &prefill))
-            .await?;
+        let decode = self.body(Backend::Decode, VLLM, &decode_request).await?;
         self.whole(&prefill_body, decode)
     }
 
@@ -292,10 +296,15 @@ impl Router {
                     format!("the prefill URL {} names no host", self.config.prefill),
                 )
             })?;
-        let decode_request = sglang_request(request, &host, self.config.bootstrap_port)?;
-        let stream = decode_request.get("stream") == Some(&Value::Bool(true));
-        let mut prefill_request = decode_request.clone();
+        let request = sglang_request(request, &host, self.config.bootstrap_port)?;
+        let stream = request.get("stream") == Some(&Value::Bool(true));
+        let mut prefill_request = request.clone();
         prefill_request["stream"] = Value::Bool(false);
+        let decode_request = if self.config.decode_start {
+            sglang_decode_request(request)
+        } else {
+            request
+        };
         // At once: each instance waits for the other in the bootstrap room.
         let prefill = self.body(Backend::Prefill, SGLANG, &prefill_request);
         if stream {
@@ -560,13 +569,95 @@ pub fn sglang_request(mut request: Value, host: &str, port: u16) -> Result<Value
     Ok(request)
 }
 
-/// The decode's request: the client's, with the prefill's
-/// `kv_transfer_params` when it returned any.
-pub fn decode_request(mut request: Value, prefill: &Value) -> Value {
-    if let (Some(params), Some(object)) =
-        (prefill.get("kv_transfer_params"), request.as_object_mut())
-    {
+/// The vLLM decode's request: the client's, with the prefill's
+/// `kv_transfer_params` when it returned any, and, with `decode_start`,
+/// `sampling_params.routed_experts_prompt_start = max(P, S0)`: `P` the
+/// prompt's length (the request's `token_ids`, else the prefill's
+/// `usage.prompt_tokens`), `S0` the start the client asked for.
+///
+/// vLLM 0.32's decode computes only the tokens whose KV it did not load, and
+/// must be told where its rows start: sent no start (0), or one below the
+/// tokens it loaded, on a prompt longer than one KV block its engine fails
+/// and the server goes down (docs/SPEC.md section 4a). With the start, it
+/// answers rows `[max(P, S0), P + N - 1)`, which the merge places after the
+/// prefill's `[S0, P)`.
+///
+/// # Errors
+///
+/// A 400 when `sampling_params` is not an object, and a 502 when
+/// `decode_start` is on and neither the request nor the prefill says how
+/// long the prompt is: a decode sent no start may go down.
+pub fn decode_request(
+    mut request: Value,
+    prefill: &Value,
+    decode_start: bool,
+) -> Result<Value, Failure> {
+    let Some(object) = request.as_object_mut() else {
+        return Err(Failure::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "the request body must be a JSON object",
+        ));
+    };
+    if let Some(params) = prefill.get("kv_transfer_params") {
         object.insert("kv_transfer_params".into(), params.clone());
+    }
+    if !decode_start {
+        return Ok(request);
+    }
+    let prompt = object
+        .get("token_ids")
+        .and_then(Value::as_array)
+        .map(|ids| ids.len() as u64)
+        .or_else(|| prefill.get("usage")?.get("prompt_tokens")?.as_u64())
+        .ok_or_else(|| {
+            Failure::new(
+                StatusCode::BAD_GATEWAY,
+                "prompt_length",
+                "neither the request's token_ids nor the prefill's usage.prompt_tokens \
+                 gives the prompt's length, which the decode's routed_experts_prompt_start needs",
+            )
+        })?;
+    let params = object
+        .entry("sampling_params")
+        .or_insert_with(|| json!({}))
+        .as_object_mut()
+        .ok_or_else(|| {
+            Failure::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                "sampling_params must be a JSON object",
+            )
+        })?;
+    let asked = params
+        .get(PROMPT_START)
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    params.insert(PROMPT_START.into(), json!(asked.max(prompt)));
+    Ok(request)
+}
+
+/// vLLM's request field for where a response's rows start.
+const PROMPT_START: &str = "routed_experts_prompt_start";
+
+/// The SGLang decode's request: the one both instances are sent, with
+/// `routed_experts_start_len` set to the prompt's length (`input_ids`'
+/// length; one per prompt of a batch), so that the decode answers only the
+/// rows it computes, `[P, P + N - 1)`. Sent the client's start, it answers
+/// `[S0, P)` too, rows it never wrote (zeros, or stale rows of earlier
+/// requests), which the merge replaces with the prefill's. A request by
+/// `text` is sent as it is: the router has no tokenizer to count its prompt.
+pub fn sglang_decode_request(mut request: Value) -> Value {
+    let start = match request.get("input_ids") {
+        Some(Value::Array(ids)) if ids.first().is_some_and(Value::is_array) => Some(json!(ids
+            .iter()
+            .map(|prompt| prompt.as_array().map_or(0, Vec::len))
+            .collect::<Vec<_>>())),
+        Some(Value::Array(ids)) => Some(json!(ids.len())),
+        _ => None,
+    };
+    if let (Some(start), Some(object)) = (start, request.as_object_mut()) {
+        object.insert("routed_experts_start_len".into(), start);
     }
     request
 }
@@ -601,6 +692,13 @@ struct Args {
     /// The SGLang prefill's bootstrap port.
     #[arg(long, default_value_t = 8998)]
     bootstrap_port: u16,
+    /// Send the decode the client's start as it is, rather than the
+    /// prompt's length (vLLM's `routed_experts_prompt_start`, SGLang's
+    /// `routed_experts_start_len`). A vLLM 0.32 decode with a KV connector
+    /// goes down on such a request when the prompt is longer than one KV
+    /// block: only for tests that show it.
+    #[arg(long)]
+    no_decode_start: bool,
 }
 
 fn row_shape(s: &str) -> Result<(u64, u64), String> {
@@ -636,6 +734,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         strict: args.strict,
         row_shape: args.row_shape,
         bootstrap_port: args.bootstrap_port,
+        decode_start: !args.no_decode_start,
     };
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     tracing::info!(

@@ -93,6 +93,11 @@ pub(crate) trait View<'a>: Copy + 'a {
         self.kind() == Kind::Null
     }
 
+    /// The number of elements, when this is an array.
+    fn len(self) -> Option<usize> {
+        Some(self.elements()?.count())
+    }
+
     /// The `i`-th element, when this is an array that long.
     fn index(self, i: usize) -> Option<Self> {
         self.elements()?.nth(i)
@@ -152,5 +157,9 @@ impl<'a> View<'a> for &'a Value {
 
     fn index(self, i: usize) -> Option<Self> {
         self.as_array()?.get(i)
+    }
+
+    fn len(self) -> Option<usize> {
+        Some(self.as_array()?.len())
     }
 }

@@ -68,17 +68,9 @@ pub(crate) fn skeleton(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
         };
         out.insert("choices".to_owned(), value);
     }
-    // SGLang's rows and counts (SPEC section 10): `usage` only counts
-    // OpenAI rows, so it is read only when there are some.
-    let openai = root.contains("sglext")?
-        || out
-            .get("choices")
-            .and_then(Value::as_array)
-            .is_some_and(|choices| choices.iter().any(|c| c.get("sgl_ext").is_some()));
+    // SGLang's rows and counts (SPEC section 10), and `usage`'s counts,
+    // which place SGLang's OpenAI rows and vLLM's `.npy` (section 4a).
     for key in ["meta_info", "sglext", "usage"] {
-        if key == "usage" && !openai {
-            continue;
-        }
         if let Some(value) = root.get_item(key)? {
             out.insert(key.to_owned(), members(&value, SGLANG_KEYS, 1)?);
         }
@@ -95,6 +87,15 @@ pub(crate) fn choice_skeleton(choice: &Bound<'_, PyAny>) -> PyResult<Value> {
         if let Some(value) = dict.get_item(key)? {
             out.insert(key.to_owned(), to_value(&value, 3)?);
         }
+    }
+    // The generated tokens, which place a `.npy` (SPEC section 4a): only
+    // their number is read, so a list stands as that many nulls.
+    if let Some(tokens) = dict.get_item("token_ids")? {
+        let value = match tokens.cast::<PyList>() {
+            Ok(list) => Value::Array(vec![Value::Null; list.len()]),
+            Err(_) => to_value(&tokens, 3)?,
+        };
+        out.insert("token_ids".to_owned(), value);
     }
     // SGLang's older per-choice rows.
     if let Some(ext) = dict.get_item("sgl_ext")? {

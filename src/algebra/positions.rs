@@ -112,6 +112,14 @@ pub enum PositionProblem {
         /// The number of choices.
         choices: usize,
     },
+    /// `.npy` rows placed by token counts on one side and from position 0
+    /// on the other (vLLM, SPEC section 4a): the counts (`usage.prompt_tokens`
+    /// and the choice's `token_ids`) are on one side only.
+    #[non_exhaustive]
+    CountsOnOneSide {
+        /// Whether the prefill is the side with the counts.
+        prefill: bool,
+    },
     /// A row shape of no ids, or of more bytes than `u64` counts.
     #[non_exhaustive]
     RowShape {
@@ -170,6 +178,17 @@ impl fmt::Display for PositionProblem {
                 f,
                 "{choices} choices share these rows and usage's counts; only a response of one choice says where its rows are"
             ),
+            PositionProblem::CountsOnOneSide { prefill } => {
+                let (with, without) = if prefill {
+                    ("prefill", "decode")
+                } else {
+                    ("decode", "prefill")
+                };
+                write!(
+                    f,
+                    "the {with}'s .npy rows are placed by its token counts (usage.prompt_tokens and the choice's token_ids), the {without}'s carry none and would be read from position 0"
+                )
+            }
             PositionProblem::RowShape { layers, top_k } => write!(
                 f,
                 "row shape ({layers}, {top_k}) has no ids or too many bytes"

@@ -131,6 +131,18 @@ impl<'d> View<'d> for ScannedValue<'d> {
         self.children()
     }
 
+    fn len(self) -> Option<usize> {
+        if self.kind() != Kind::Array {
+            return None;
+        }
+        match self.children() {
+            Some(children) => Some(children.count()),
+            // Recorded without its children: count them on the text, which
+            // the scanner validated.
+            None => Some(count_elements(self.text())),
+        }
+    }
+
     fn members(self) -> Option<impl Iterator<Item = (Cow<'d, [u8]>, Self)> + 'd> {
         if self.kind() != Kind::Object {
             return None;
@@ -157,6 +169,70 @@ impl<'d> View<'d> for ScannedValue<'d> {
         match serde_json::from_slice::<Value>(self.text()) {
             Ok(value) => describe(Some(&value)),
             Err(_) => describe(None),
+        }
+    }
+}
+
+/// The number of elements of the valid JSON array `text`: its commas outside
+/// strings and nested values, plus one unless it is empty.
+fn count_elements(text: &[u8]) -> usize {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    let (mut commas, mut empty) = (0, true);
+    for &b in text {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'[' | b'{' => {
+                if depth == 1 {
+                    empty = false;
+                }
+                depth += 1;
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            b',' if depth == 1 => commas += 1,
+            b' ' | b'\t' | b'\n' | b'\r' => {}
+            _ => {
+                if depth == 1 {
+                    empty = false;
+                }
+                in_string = b == b'"';
+            }
+        }
+    }
+    if empty {
+        0
+    } else {
+        commas + 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::count_elements;
+
+    /// The count is serde_json's, whatever the elements hold.
+    #[test]
+    fn elements_are_counted_as_serde_json_counts_them() {
+        for text in [
+            "[]",
+            " [ ] ",
+            "[1]",
+            "[1, 2,3]",
+            r#"["a,b", "c\\\"],d", 4]"#,
+            r#"[[1, 2], {"a": [3, 4], "b": "]"}, null]"#,
+            "[\n\t[]\r\n]",
+            r#"["", "\\\\"]"#,
+        ] {
+            let value: serde_json::Value = serde_json::from_str(text).unwrap();
+            let expected = value.as_array().unwrap().len();
+            assert_eq!(count_elements(text.trim().as_bytes()), expected, "{text}");
         }
     }
 }

@@ -13,7 +13,6 @@ use crate::algebra::{check_layout, Dtype, LayoutProblem, Segment};
 use crate::error::{describe, Location, Side};
 use crate::fields::ROUTED_EXPERTS;
 use crate::inline::{self, Form};
-use crate::json::choice_at;
 use crate::reading::{FieldTable, Layout};
 use crate::response::item_at;
 
@@ -62,7 +61,7 @@ pub fn check_from(response: &Value, store: &Store) -> CheckReport {
         };
         check_payload(object, i, store, &mut report);
         if let Some(value) = object.get(ROUTED_EXPERTS).filter(|v| !v.is_null()) {
-            report.fields.push(check_inline(value, i));
+            report.fields.push(check_inline(response, i, value));
         }
     }
     report
@@ -211,10 +210,10 @@ fn check_field(items: &[Value], i: usize, field: &str, store: &Store) -> FieldRe
     out
 }
 
-fn check_inline(value: &Value, i: usize) -> FieldReport {
+fn check_inline(response: &Value, i: usize, value: &Value) -> FieldReport {
     let mut out = FieldReport::empty(i, format!("{ROUTED_EXPERTS} (inline)"));
     out.segments = 1;
-    match inline::read_rows(value, || choice_at(Side::Response, i).key(ROUTED_EXPERTS)) {
+    match inline::read_rows(response, i, value) {
         Ok((form, segment, _)) => {
             out.field = format!(
                 "{ROUTED_EXPERTS} (inline {})",

@@ -9,7 +9,6 @@ use crate::algebra::Segment;
 use crate::error::{Location, Side};
 use crate::fields::ROUTED_EXPERTS;
 use crate::inline;
-use crate::json::choice_at;
 use crate::reading::{read_segments, ByteRequest, FieldTable, ReadError, ReadOptions, Reading};
 use crate::response::item_at;
 
@@ -101,9 +100,7 @@ pub fn read_choice_field(
     if list.is_empty() && field == ROUTED_EXPERTS {
         // Inline rows: one segment held in memory.
         if let Some(value) = object.get(ROUTED_EXPERTS).filter(|v| !v.is_null()) {
-            let (_, segment, data) = inline::read_rows(value, || {
-                choice_at(Side::Response, choice).key(ROUTED_EXPERTS)
-            })?;
+            let (_, segment, data) = inline::read_rows(response, choice, value)?;
             let spec = table.get(field).ok_or_else(|| GatherError::NoRows {
                 choice,
                 field: field.to_owned(),

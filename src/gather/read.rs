@@ -198,9 +198,7 @@ pub fn gather_from(
                 field: field.to_owned(),
             });
         };
-        let (form, segment, data) = inline::read_rows(value, || {
-            choice_at(Side::Response, choice).key(ROUTED_EXPERTS)
-        })?;
+        let (form, segment, data) = inline::read_rows(response, choice, value)?;
         return Ok(Gathered {
             positions: segment.positions(),
             dtype: segment.dtype(),

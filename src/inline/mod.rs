@@ -19,6 +19,7 @@
 //! (see `text`). The adapters write that text over the decode's own rows
 //! text, in place where the lengths allow (`Text::edit`).
 
+pub(crate) mod anchor;
 pub(crate) mod base64;
 pub(crate) mod decoded;
 pub(crate) mod form;
@@ -32,13 +33,14 @@ use crate::algebra::{Dtype, Segment};
 use crate::error::{Error, Location, Side};
 use crate::fields::ROUTED_EXPERTS;
 use crate::json;
-use crate::response::{prefill_rows, rows_at};
+use crate::response::{prefill_choice, prefill_rows, rows_at};
 use crate::view::{describe_view, Kind, View};
 
 pub use base64::Base64Error;
 pub use form::Form;
 pub use npy::NpyError;
 
+use anchor::Counts;
 use base64::Base64;
 use text::Encoder;
 pub(crate) use text::{SourceId, Text};
@@ -52,22 +54,32 @@ impl<'p> PrefillRows<'p> {
     /// Reads and validates `prefill.choices[0].routed_experts`; `None` when it
     /// is missing or null.
     pub(crate) fn read<V: View<'p>>(prefill: V) -> Result<Option<PrefillRows<'p>>, Error> {
-        prefill_rows(prefill)
-            .map(|value| {
-                Inline::parse(value, || rows_at(Side::Prefill, 0)).map(|rows| PrefillRows { rows })
-            })
-            .transpose()
+        let Some(value) = prefill_rows(prefill) else {
+            return Ok(None);
+        };
+        let counts = || match prefill_choice(prefill) {
+            Some(choice) => Counts::read(prefill, choice, Side::Prefill, 0),
+            None => Ok(None),
+        };
+        let rows = Inline::parse(value, counts, || rows_at(Side::Prefill, 0))?;
+        Ok(Some(PrefillRows { rows }))
     }
 
-    /// Validates decode choice `i`'s rows and computes its merged rows,
-    /// writing nothing.
-    pub(crate) fn plan<'d, D: View<'d>>(&self, choice: D, i: usize) -> Result<Merged, Error> {
+    /// Validates the rows of choice `i` of `decode` and computes its merged
+    /// rows, writing nothing.
+    pub(crate) fn plan<'d, D: View<'d>>(
+        &self,
+        decode: D,
+        choice: D,
+        i: usize,
+    ) -> Result<Merged, Error> {
         let at = || rows_at(Side::Decode, i);
         let value = choice
             .get(ROUTED_EXPERTS)
             .filter(|value| !value.is_null())
             .ok_or_else(|| Error::MissingDecodeRows { at: at() })?;
-        let decode = Inline::parse(value, at)?;
+        let counts = || Counts::read(decode, choice, Side::Decode, i);
+        let decode = Inline::parse(value, counts, at)?;
         merge(&self.rows, &decode, at)
     }
 }
@@ -82,7 +94,8 @@ pub(crate) fn first_orphan<'d, D: View<'d>>(decode: D) -> Option<Error> {
         .find_map(|(i, choice)| {
             let value = choice.get(ROUTED_EXPERTS).filter(|v| !v.is_null())?;
             let at = || rows_at(Side::Decode, i);
-            Some(match Inline::parse(value, at) {
+            // Placed from 0: an orphan's positions are never used.
+            Some(match Inline::parse(value, || Ok(None), at) {
                 Err(err) => err,
                 Ok(_) => Error::MissingPrefillField {
                     at: at(),
@@ -101,14 +114,22 @@ pub(crate) fn rows_text<'a, V: View<'a>>(rows: V) -> Option<Cow<'a, [u8]>> {
     }
 }
 
-/// Reads inline rows on their own: their positions and dtype (as an
-/// in-memory segment at offset 0) and their bytes, in position order.
+/// Reads the inline rows `value` of choice `i` of `response` (the response
+/// read on its own, [`Side::Response`]): their positions and dtype (as an
+/// in-memory segment at offset 0, a `.npy` placed by the response's counts
+/// when it has them) and their bytes, in position order.
 #[cfg(feature = "verify")]
 pub(crate) fn read_rows(
+    response: &serde_json::Value,
+    i: usize,
     value: &serde_json::Value,
-    at: impl Fn() -> Location,
 ) -> Result<(Form, Segment<()>, Vec<u8>), Error> {
-    let rows = Inline::parse(value, at)?;
+    let side = Side::Response;
+    let counts = || match response.get("choices").and_then(|c| c.get(i)) {
+        Some(choice) => Counts::read(response, choice, side, i),
+        None => Ok(None),
+    };
+    let rows = Inline::parse(value, counts, || rows_at(side, i))?;
     let mut bytes = Vec::new();
     let text = rows.base64();
     text.decode_range(rows.data, text.decoded_len(), &mut bytes);
@@ -136,6 +157,8 @@ pub(crate) fn npy_file(dtype: Dtype, shape: &[u64], data: &[u8]) -> Result<Vec<u
 struct Inline<'v> {
     form: Form,
     segment: Segment<()>,
+    /// The counts that placed a `.npy` (`anchor`), when it had them.
+    counts: Option<Counts>,
     /// Canonical base64 (validated), unescaped.
     text: Cow<'v, [u8]>,
     /// The number of bytes `text` encodes.
@@ -156,12 +179,19 @@ impl Inline<'_> {
 }
 
 impl<'v> Inline<'v> {
-    fn parse<V: View<'v>>(value: V, at: impl Fn() -> Location) -> Result<Inline<'v>, Error> {
+    /// Reads inline rows; `counts` gives what places a `.npy` (read only
+    /// for one: compact rows carry their start).
+    fn parse<V: View<'v>>(
+        value: V,
+        counts: impl FnOnce() -> Result<Option<Counts>, Error>,
+        at: impl Fn() -> Location,
+    ) -> Result<Inline<'v>, Error> {
         match value.kind() {
             Kind::Object => Inline::compact(value, at),
             Kind::String => Inline::npy(
                 value.as_bytes().unwrap_or_default(),
                 value.alphabet_prefix(),
+                counts()?,
                 at,
             ),
             _ => Err(Error::Structure {
@@ -216,6 +246,7 @@ impl<'v> Inline<'v> {
         Ok(Inline {
             form: Form::Compact,
             segment,
+            counts: None,
             text,
             decoded_len,
             data: 0,
@@ -225,6 +256,7 @@ impl<'v> Inline<'v> {
     fn npy(
         text: Cow<'v, [u8]>,
         alphabet_prefix: Option<usize>,
+        counts: Option<Counts>,
         at: impl Fn() -> Location,
     ) -> Result<Inline<'v>, Error> {
         let decoded_len = Base64::parse_counted(&text, alphabet_prefix)
@@ -242,11 +274,18 @@ impl<'v> Inline<'v> {
         let &[seq, layers, topk] = header.shape.as_slice() else {
             return Err(npy_error(NpyError::Dimensions(header.shape.len())));
         };
+        // From the end the counts give (vLLM 0.32), else from 0 (`anchor`).
+        let start = match counts {
+            Some(counts) => counts
+                .start(seq)
+                .map_err(|problem| Error::Positions { at: at(), problem })?,
+            None => 0,
+        };
         let segment = Segment::new(
             ROUTED_EXPERTS,
             (),
             0,
-            0,
+            start,
             seq,
             header.dtype,
             vec![layers, topk],
@@ -255,6 +294,7 @@ impl<'v> Inline<'v> {
         let rows = Inline {
             form: Form::Npy,
             segment,
+            counts,
             text,
             decoded_len,
             data: header.data_offset,
@@ -336,6 +376,7 @@ fn merge(
             prefill: p.dtype(),
             decode: d.dtype(),
         })?;
+    anchor::check_pair(prefill.counts, decode.counts, &at)?;
     let cut = p.end();
     if !(d.pos() <= cut && cut <= d.end()) {
         return Err(Error::Coverage {

@@ -137,7 +137,10 @@ where
             });
         }
         choices.push(ChoicePlan {
-            inline: inline.as_ref().map(|p| p.plan(choice, i)).transpose()?,
+            inline: inline
+                .as_ref()
+                .map(|p| p.plan(decode, choice, i))
+                .transpose()?,
             by_handle: by_handle
                 .as_ref()
                 .map(|p| p.plan(fields, choice, i, strict_layout.as_mut()))

@@ -40,3 +40,5 @@ mod stability;
 mod stream;
 mod strict;
 mod totality;
+#[cfg(feature = "verify")]
+mod vllm;

@@ -53,6 +53,8 @@ struct Options {
     convention: Convention,
     /// The row shape the router is told (the mocks' is `SGLANG_SHAPE`).
     row_shape: Option<(u64, u64)>,
+    /// Whether the router asks the decode only for the rows it computes.
+    decode_start: bool,
 }
 
 impl Default for Options {
@@ -66,6 +68,7 @@ impl Default for Options {
             prefill_unreachable: false,
             convention: Convention::FullLength,
             row_shape: Some((SGLANG_SHAPE.layers, SGLANG_SHAPE.top_k)),
+            decode_start: true,
         }
     }
 }
@@ -122,6 +125,7 @@ impl Setup {
             row_shape: options.row_shape,
             // The prefill mock's bootstrap server is on its own port.
             bootstrap_port: prefill_addr.port(),
+            decode_start: options.decode_start,
         };
         let (listener, addr) = listen().await;
         tokio::spawn(pd_router::serve(
@@ -241,10 +245,13 @@ fn client() -> reqwest::Client {
         .expect("client")
 }
 
+/// The body of simulated request `index`: its prompt's tokens (their
+/// number is what the router sends the decode as its start).
 fn body(index: usize) -> Value {
+    let prompt = Request::draw(SEED, index).prompt;
     json!({
         "request_id": format!("req-{index}"),
-        "token_ids": [1, 2, 3],
+        "token_ids": (0..prompt).map(|t| t % 512).collect::<Vec<_>>(),
         "sampling_params": {"max_tokens": 64, "min_tokens": 4, "temperature": 1.0},
     })
 }
@@ -272,7 +279,7 @@ async fn stitched_answers_equal_the_colocated_truth_in_every_form() {
                 .unwrap_or_else(|e| panic!("{}: {e}", mode.name()));
         }
         // The prefill was asked for one token, not streamed; the decode got
-        // the client's request as it was.
+        // the client's request with the start of the rows it computes.
         let prefill_seen = setup.prefill.seen.lock().expect("lock").clone();
         let decode_seen = setup.decode.seen.lock().expect("lock").clone();
         assert_eq!((prefill_seen.len(), decode_seen.len()), (8, 8));
@@ -285,6 +292,8 @@ async fn stitched_answers_equal_the_colocated_truth_in_every_form() {
             let mut expected_decode = expected.clone();
             expected_decode["kv_transfer_params"] =
                 json!({"do_remote_prefill": true, "remote_request_id": index});
+            expected_decode["sampling_params"]["routed_experts_prompt_start"] =
+                json!(Request::draw(SEED, index).prompt);
             assert_eq!(d, &expected_decode);
         }
     }
@@ -684,13 +693,96 @@ fn the_prefill_is_asked_for_one_token_and_the_decode_gets_the_kv_handle() {
     let request = json!({"request_id": 1});
     let handle = json!({"remote_block_ids": [4, 5]});
     assert_eq!(
-        pd_router::decode_request(request.clone(), &json!({"kv_transfer_params": handle})),
+        pd_router::decode_request(
+            request.clone(),
+            &json!({"kv_transfer_params": handle}),
+            false
+        )
+        .expect("an object"),
         json!({"request_id": 1, "kv_transfer_params": handle})
     );
     assert_eq!(
-        pd_router::decode_request(request.clone(), &json!({"choices": []})),
+        pd_router::decode_request(request.clone(), &json!({"choices": []}), false)
+            .expect("an object"),
         request
     );
+}
+
+/// The vLLM decode is asked for the rows from `max(P, S0)` on: `P` from the
+/// request's `token_ids`, else the prefill's `usage.prompt_tokens`; a
+/// request whose prompt length nothing gives is a 502, never a decode sent
+/// no start (SPEC section 4a).
+#[test]
+fn the_vllm_decode_is_sent_the_prompt_start() {
+    let prefill = json!({"usage": {"prompt_tokens": 7}});
+    let cases = [
+        // P from token_ids (the prefill's count is not used then).
+        (
+            json!({"token_ids": [1, 2, 3]}),
+            json!({"routed_experts_prompt_start": 3}),
+        ),
+        // S0 above P wins (the engine refuses it, as it would colocated).
+        (
+            json!({"token_ids": [1, 2, 3], "sampling_params": {"routed_experts_prompt_start": 5}}),
+            json!({"routed_experts_prompt_start": 5}),
+        ),
+        // S0 below P: P.
+        (
+            json!({"token_ids": [1, 2, 3], "sampling_params": {"routed_experts_prompt_start": 2, "max_tokens": 4}}),
+            json!({"routed_experts_prompt_start": 3, "max_tokens": 4}),
+        ),
+        // No token_ids: the prefill's usage.
+        (
+            json!({"request_id": 1}),
+            json!({"routed_experts_prompt_start": 7}),
+        ),
+    ];
+    for (request, params) in cases {
+        let sent = pd_router::decode_request(request.clone(), &prefill, true).expect("sent");
+        assert_eq!(sent["sampling_params"], params, "{request}");
+        assert_eq!(
+            pd_router::decode_request(request.clone(), &prefill, false).expect("sent"),
+            request,
+            "off, the request is the client's"
+        );
+    }
+    let unknown = pd_router::decode_request(json!({"request_id": 1}), &json!({}), true)
+        .expect_err("no prompt length");
+    assert_eq!(unknown.status, StatusCode::BAD_GATEWAY);
+    assert!(unknown.message.contains("prompt"), "{}", unknown.message);
+    let bad = pd_router::decode_request(
+        json!({"token_ids": [1], "sampling_params": 3}),
+        &prefill,
+        true,
+    )
+    .expect_err("not an object");
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+}
+
+/// The SGLang decode is asked for the rows from the prompt's end on, per
+/// prompt of a batch; a request by text is sent as it is.
+#[test]
+fn the_sglang_decode_is_sent_the_start_len() {
+    let cases = [
+        (json!({"input_ids": [1, 2, 3]}), Some(json!(3))),
+        (
+            json!({"input_ids": [1, 2, 3], "routed_experts_start_len": 1}),
+            Some(json!(3)),
+        ),
+        (
+            json!({"input_ids": [[1, 2], [3, 4, 5, 6]]}),
+            Some(json!([2, 4])),
+        ),
+        (json!({"text": "6 x 7?"}), None),
+    ];
+    for (request, start) in cases {
+        let sent = pd_router::sglang_decode_request(request.clone());
+        assert_eq!(
+            sent.get("routed_experts_start_len"),
+            start.as_ref(),
+            "{request}"
+        );
+    }
 }
 
 // SGLang's `/generate` through the router: both instances at once (the mocks

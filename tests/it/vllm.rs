@@ -1,0 +1,335 @@
+//! vLLM 0.32's end-anchored `.npy` (SPEC section 4a): rows placed by
+//! `usage.prompt_tokens` and each choice's `token_ids`, laws V1-V5.
+//!
+//! Pairs are written here as the engine writes them (a truth per position,
+//! a prefill answering `[S0, P)`, a decode answering `[S, P + N - 1)`), with
+//! the test's own `.npy` writer and reader; nothing the crate encodes is
+//! checked by the crate itself.
+
+use crate::support::{npy_read, npy_write};
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use pd_stitch::algebra::PositionProblem;
+use pd_stitch::{Error, ErrorKind, Stitch, Stitcher};
+use proptest::prelude::*;
+use serde_json::{json, Value};
+
+const LAYERS: u64 = 3;
+const TOP_K: u64 = 2;
+
+/// The id of layer-slot `k` of position `x` of choice `c` of a request
+/// whose prompt has `prompt` tokens: every position's row is distinct, so a
+/// row taken from the wrong place shows; the prompt's rows are the same for
+/// every choice (one prompt), the completion's are each choice's own.
+fn truth(prompt: u64, c: usize, x: u64, k: u64) -> u8 {
+    let c = if x < prompt { 0 } else { c as u64 };
+    (x.wrapping_mul(31) ^ c.wrapping_mul(97) ^ k.wrapping_mul(7)) as u8
+}
+
+fn rows_bytes(prompt: u64, c: usize, from: u64, to: u64) -> Vec<u8> {
+    (from..to)
+        .flat_map(|x| (0..LAYERS * TOP_K).map(move |k| truth(prompt, c, x, k)))
+        .collect()
+}
+
+fn npy(prompt: u64, c: usize, from: u64, to: u64) -> Value {
+    let file = npy_write(
+        "|u1",
+        &[to - from, LAYERS, TOP_K],
+        &rows_bytes(prompt, c, from, to),
+    );
+    json!(STANDARD.encode(file))
+}
+
+/// A choice as vLLM's `/inference/v1/generate` answers it: `generated`
+/// tokens, rows `[from, prompt + generated - 1)`.
+fn choice(c: usize, prompt: u64, generated: u64, from: u64) -> Value {
+    let end = prompt + generated - 1;
+    json!({"index": c, "token_ids": (0..generated).map(|t| (t * 13 + c as u64) % 512).collect::<Vec<_>>(),
+           "finish_reason": "length", "logprobs": null, "routed_experts": npy(prompt, c, from, end)})
+}
+
+fn response(prompt: u64, choices: Vec<Value>) -> Value {
+    let completion: u64 = choices
+        .iter()
+        .map(|c| c["token_ids"].as_array().map_or(0, Vec::len) as u64)
+        .sum();
+    json!({"request_id": "r", "choices": choices,
+           "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                     "total_tokens": prompt + completion}})
+}
+
+/// A pair as a P/D deployment of vLLM 0.32 writes it, and what a colocated
+/// server asked with `S0` answers.
+#[derive(Clone, Debug)]
+struct Pair {
+    prompt: u64,
+    s0: u64,
+    decode_start: u64,
+    generated: Vec<u64>,
+}
+
+impl Pair {
+    fn prefill(&self) -> Value {
+        response(self.prompt, vec![choice(0, self.prompt, 1, self.s0)])
+    }
+
+    fn decode(&self) -> Value {
+        let choices = self
+            .generated
+            .iter()
+            .enumerate()
+            .map(|(c, &n)| choice(c, self.prompt, n, self.decode_start))
+            .collect();
+        response(self.prompt, choices)
+    }
+
+    /// The rows a colocated server answers choice `c`: `[S0, P + N - 1)`.
+    fn colocated_rows(&self, c: usize) -> (u64, Vec<u8>) {
+        let end = self.prompt + self.generated[c] - 1;
+        (end - self.s0, rows_bytes(self.prompt, c, self.s0, end))
+    }
+}
+
+/// Whatever vLLM 0.32 writes: a prompt of 1 to 300 tokens, a client start
+/// `S0` in `[0, P]`, a decode sent any start in `[S0, P]` (a router's
+/// `max(P, S0)` is `P`; one block-aligned below it is the engine's
+/// smallest), and 1 to 3 choices of 1 to 40 tokens. A prefill holds one
+/// generated token, so `[S0, P)`.
+fn pairs() -> impl Strategy<Value = Pair> {
+    (1u64..300)
+        .prop_flat_map(|prompt| (Just(prompt), 0..=prompt))
+        .prop_flat_map(|(prompt, s0)| {
+            (
+                Just(prompt),
+                Just(s0),
+                s0..=prompt,
+                prop::collection::vec(1u64..40, 1..=3),
+            )
+        })
+        .prop_map(|(prompt, s0, decode_start, generated)| Pair {
+            prompt,
+            s0,
+            decode_start,
+            generated,
+        })
+}
+
+/// Merges through the `Value` and the bytes path, which must agree (and on
+/// an error, leave the decode as it was).
+fn merge_both(prefill: &Value, decode: &Value) -> Result<Value, Error> {
+    let stitcher = Stitcher::new();
+    let mut value = decode.clone();
+    let got = stitcher.merge(prefill, &mut value, Stitch::ForPd);
+    let p = serde_json::to_vec(prefill).unwrap();
+    let mut d = serde_json::to_vec(decode).unwrap();
+    let before = d.clone();
+    let got_bytes = stitcher.merge_bytes(&p, &mut d, Stitch::ForPd);
+    match (&got, &got_bytes) {
+        (Ok(a), Ok(b)) => {
+            assert_eq!(a, b);
+            assert_eq!(serde_json::from_slice::<Value>(&d).unwrap(), value);
+        }
+        (Err(a), Err(b)) => {
+            assert_eq!(a, b);
+            assert_eq!(&value, decode, "an error changed the decode");
+            assert_eq!(d, before, "an error changed the decode's bytes");
+        }
+        _ => panic!("Value {got:?} but bytes {got_bytes:?}"),
+    }
+    got.map(|_| value)
+}
+
+/// A merged choice's rows, read with the test's own reader: (rows, bytes).
+fn read(merged: &Value, c: usize) -> (u64, Vec<u8>) {
+    let text = merged["choices"][c]["routed_experts"].as_str().unwrap();
+    let (descr, dims, data) = npy_read(&STANDARD.decode(text).unwrap());
+    assert_eq!(descr, "|u1");
+    assert_eq!(&dims[1..], &[LAYERS, TOP_K]);
+    (dims[0], data)
+}
+
+fn positions(err: &Error) -> &PositionProblem {
+    match err {
+        Error::Positions { problem, .. } => problem,
+        other => panic!("not a Positions error: {other}"),
+    }
+}
+
+proptest! {
+    #![proptest_config(crate::support::config("vllm"))]
+
+    /// V1: the merged rows of every choice are the colocated server's for
+    /// the same request, `[S0, P + N - 1)`, byte for byte, through both
+    /// paths; and they read back, by the merged response's own counts, at
+    /// `S0`.
+    #[test]
+    fn v1_merged_rows_are_the_colocated_rows(pair in pairs()) {
+        let merged = merge_both(&pair.prefill(), &pair.decode()).expect("merges");
+        for c in 0..pair.generated.len() {
+            prop_assert_eq!(read(&merged, c), pair.colocated_rows(c), "choice {}", c);
+            let rows = pd_stitch::gather::gather_from(
+                &merged, c, "routed_experts", &pd_stitch::gather::Store::memory())
+                .expect("reads");
+            let end = pair.prompt + pair.generated[c] - 1;
+            prop_assert_eq!(rows.positions(), pd_stitch::algebra::Rows::new(pair.s0, end).unwrap());
+        }
+    }
+
+    /// V2: the counts must agree with the rows: a decode whose prompt
+    /// differs is `PromptMismatch` at its `usage.prompt_tokens`; one whose
+    /// rows would start before 0 or after the prompt is `OutOfRange` at its
+    /// rows; one that starts after the prefill's end is `Coverage`.
+    #[test]
+    fn v2_counts_that_contradict_the_rows_are_refused(pair in pairs(), delta in 1u64..5) {
+        let prefill = pair.prefill();
+        let mut decode = pair.decode();
+        decode["usage"]["prompt_tokens"] = json!(pair.prompt + delta);
+        let err = merge_both(&prefill, &decode).expect_err("prompt mismatch");
+        // The prompt is read before the rows are placed: a longer prompt
+        // may leave the rows out of range first.
+        match positions(&err) {
+            PositionProblem::PromptMismatch { prefill, decode, .. } => {
+                prop_assert_eq!((*prefill, *decode), (pair.prompt, pair.prompt + delta));
+                prop_assert_eq!(err.location().to_string(), "decode usage.prompt_tokens");
+            }
+            PositionProblem::OutOfRange { .. } => {
+                prop_assert_eq!(err.location().to_string(), "decode choices[0].routed_experts");
+            }
+            other => prop_assert!(false, "{other:?}"),
+        }
+
+        // Rows that would start before 0: more rows than P + N - 1.
+        let mut decode = pair.decode();
+        let n = pair.generated[0];
+        decode["choices"][0]["routed_experts"] = npy(pair.prompt, 0, 0, pair.prompt + n - 1 + delta);
+        let err = merge_both(&prefill, &decode).expect_err("out of range");
+        let out_of_range = matches!(positions(&err), PositionProblem::OutOfRange { .. });
+        prop_assert!(out_of_range, "{}", err);
+
+        // Rows starting after the prompt (S > P, which the engine refuses):
+        // too few rows for the tokens.
+        if n > delta {
+            let mut decode = pair.decode();
+            decode["choices"][0]["routed_experts"] =
+                npy(pair.prompt, 0, pair.prompt + delta, pair.prompt + n - 1);
+            let err = merge_both(&prefill, &decode).expect_err("starts after the prompt");
+            let out_of_range = matches!(positions(&err), PositionProblem::OutOfRange { .. });
+            prop_assert!(out_of_range, "{}", err);
+        }
+    }
+
+    /// V3: counts on one side only are refused (`CountsOnOneSide`), either
+    /// way round, whatever the rows; with neither side counted, a `.npy` is
+    /// read from 0 (section 4, N4) and a pair that does not start there is
+    /// not placed as the engine wrote it.
+    #[test]
+    fn v3_counts_on_one_side_only_are_refused(pair in pairs()) {
+        let strip = |mut r: Value| {
+            for choice in r["choices"].as_array_mut().unwrap() {
+                choice.as_object_mut().unwrap().remove("token_ids");
+            }
+            r
+        };
+        for (prefill, decode, prefill_counted) in [
+            (strip(pair.prefill()), pair.decode(), false),
+            (pair.prefill(), strip(pair.decode()), true),
+        ] {
+            let err = merge_both(&prefill, &decode).expect_err("one side counted");
+            let counted = match positions(&err) {
+                PositionProblem::CountsOnOneSide { prefill, .. } => Some(*prefill),
+                _ => None,
+            };
+            prop_assert_eq!(counted, Some(prefill_counted), "{}", err);
+            prop_assert_eq!(err.location().to_string(), "decode choices[0].routed_experts");
+        }
+        if pair.s0 == 0 && pair.decode_start == 0 {
+            // Full-length answers: both readings place them alike.
+            let merged = merge_both(&strip(pair.prefill()), &strip(pair.decode())).expect("merges");
+            for c in 0..pair.generated.len() {
+                prop_assert_eq!(read(&merged, c), pair.colocated_rows(c));
+            }
+        }
+    }
+}
+
+/// V4: the counts' own faults, each at its place: `token_ids` that is not
+/// an array (`Structure`), a missing or non-integer `usage.prompt_tokens`
+/// (`Integer`), and a prompt and token count that place no row (`Counts`).
+#[test]
+fn v4_the_counts_faults_name_their_place() {
+    let pair = Pair {
+        prompt: 45,
+        s0: 0,
+        decode_start: 45,
+        generated: vec![8],
+    };
+    type Fault = Box<dyn Fn(&mut Value, &mut Value)>;
+    let cases: Vec<(Fault, ErrorKind, &str)> = vec![
+        (
+            Box::new(|_, d| d["choices"][0]["token_ids"] = json!("1 2 3")),
+            ErrorKind::Structure,
+            "decode choices[0].token_ids",
+        ),
+        (
+            Box::new(|p, _| p["choices"][0]["token_ids"] = json!({"a": 1})),
+            ErrorKind::Structure,
+            "prefill choices[0].token_ids",
+        ),
+        (
+            Box::new(|_, d| {
+                d.as_object_mut().unwrap().remove("usage");
+            }),
+            ErrorKind::Integer,
+            "decode usage.prompt_tokens",
+        ),
+        (
+            Box::new(|p, _| p["usage"]["prompt_tokens"] = json!(-1)),
+            ErrorKind::Integer,
+            "prefill usage.prompt_tokens",
+        ),
+        (
+            Box::new(|_, d| {
+                d["usage"]["prompt_tokens"] = json!(0);
+                d["choices"][0]["token_ids"] = json!([]);
+            }),
+            ErrorKind::Positions,
+            "decode choices[0].routed_experts",
+        ),
+    ];
+    for (fault, kind, at) in cases {
+        let (mut prefill, mut decode) = (pair.prefill(), pair.decode());
+        fault(&mut prefill, &mut decode);
+        let err = merge_both(&prefill, &decode).expect_err(at);
+        assert_eq!(
+            (err.kind(), err.location().to_string().as_str()),
+            (kind, at),
+            "{err}"
+        );
+    }
+}
+
+/// V5: a null `token_ids` is no counts, and a decode choice's counts are
+/// its own: choices of different lengths each end where their tokens say.
+#[test]
+fn v5_each_choice_is_placed_by_its_own_tokens() {
+    let pair = Pair {
+        prompt: 70,
+        s0: 10,
+        decode_start: 64,
+        generated: vec![1, 12, 5],
+    };
+    let merged = merge_both(&pair.prefill(), &pair.decode()).expect("merges");
+    for c in 0..3 {
+        assert_eq!(read(&merged, c), pair.colocated_rows(c), "choice {c}");
+    }
+    // `"token_ids": null` on both sides is no counts: read from 0.
+    let mut prefill = pair.prefill();
+    let mut decode = pair.decode();
+    prefill["choices"][0]["token_ids"] = Value::Null;
+    for choice in decode["choices"].as_array_mut().unwrap() {
+        choice["token_ids"] = Value::Null;
+    }
+    let err = merge_both(&prefill, &decode).expect_err("read from 0, the decode misses the cut");
+    assert_eq!(err.kind(), ErrorKind::Coverage, "{err}");
+}
