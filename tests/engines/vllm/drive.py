@@ -30,6 +30,8 @@ import os
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 
 import numpy as np
 
@@ -39,6 +41,10 @@ from engine import HttpError, assemble_stream, post, post_json, prompt, rows, sa
 
 MAX_TOKENS = 10
 LENGTHS = [1, 20, 32, 64, 100, 230]  # under a block, one block, two, ..., over 200
+
+
+class ServerDied(Exception):
+    pass
 
 
 class Check:
@@ -164,7 +170,24 @@ class Driver:
             self.check_reassembly(check, colo)
         self.judge(check, colo, merged)
         self.checks.append(check)
+        if check.errors:
+            self.stop_if_a_server_died(check)
         return check
+
+    def stop_if_a_server_died(self, check):
+        """After a failed check: if a server no longer answers /health, the
+        rest of the matrix would only repeat its death; stop here."""
+        dead = []
+        for name in ("colocated", "prefill", "decode", "router"):
+            base = getattr(self.a, name)
+            try:
+                urllib.request.urlopen(base + "/health", timeout=10).close()
+            except urllib.error.HTTPError:
+                pass  # it answers (the router has no /health route)
+            except OSError:
+                dead.append(name)
+        if dead:
+            raise ServerDied(f"{', '.join(dead)} stopped answering after {check.name}")
 
     def check_reassembly(self, check, streamed):
         """A stream reassembled (token deltas concatenated, the rows event's
@@ -188,6 +211,8 @@ class Driver:
         for c, a, b in zip(checks, colos, merged):
             self.judge(c, a, b)
             self.checks.append(c)
+        if any(c.errors for c in checks):
+            self.stop_if_a_server_died(checks[-1])
 
     # ------------------------------------------------------------ the engine's own facts
     def direct(self, length, seed):
@@ -415,8 +440,15 @@ def main():
     a = ap.parse_args()
     t0 = time.monotonic()
     d = Driver(a)
-    d.matrix()
+    died = None
+    try:
+        d.matrix()
+    except ServerDied as e:
+        died = str(e)
     rc = d.summary()
+    if died:
+        print(f"STOPPED EARLY: {died} (run.sh prints the end of its log)")
+        rc = 1
     print(f"driven in {time.monotonic() - t0:.1f}s")
     return rc
 

