@@ -186,10 +186,23 @@ start_server() {  # NAME PORT EXTRA_ARGS...
     eval "T0_$name=$SECONDS"
 }
 
+show_log() {  # NAME: the exceptions a log names (the cause is far above its end), and its end
+    local log=$LOGS/$1.log
+    echo "the exceptions in $log:" >&2
+    { grep -E '(^|\] )[A-Za-z_.]*(Error|Exception): ' "$log" || true; } \
+        | grep -v "Tokenizer not available" | sort -u | head -n 8 >&2 || true
+    echo "the end of $log:" >&2
+    tail -n 25 "$log" >&2 || true
+}
+
 died() {  # NAME PID
-    echo "$1 (pid $2) died; the end of $LOGS/$1.log:" >&2
-    tail -n 40 "$LOGS/$1.log" >&2
+    echo "$1 (pid $2) died" >&2
+    show_log "$1"
     exit 1
+}
+
+healthy() {  # PORT
+    "$PY" -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:$1/health', timeout=5).status == 200 else 1)" 2>/dev/null
 }
 
 wait_healthy() {  # NAME PORT PID
@@ -197,13 +210,13 @@ wait_healthy() {  # NAME PORT PID
     eval "t0=\$T0_$name"
     while :; do
         kill -0 "$pid" 2>/dev/null || died "$name" "$pid"
-        if "$PY" -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:$port/health', timeout=2).status == 200 else 1)" 2>/dev/null; then
+        if healthy "$port"; then
             say "$name healthy on 127.0.0.1:$port after $((SECONDS - t0))s"
             return
         fi
         if [ $((SECONDS - t0)) -ge "$limit" ]; then
-            echo "$name not healthy after ${limit}s; the end of $LOGS/$name.log:" >&2
-            tail -n 40 "$LOGS/$name.log" >&2
+            echo "$name not healthy after ${limit}s" >&2
+            show_log "$name"
             exit 1
         fi
         sleep 2
@@ -265,8 +278,14 @@ empty_kv
 rm -rf "$WORK/answers"
 "$PY" -B $HERE/drive.py "${URLS[@]}" --pd-stitch "$PD_STITCH" --answers "$WORK/answers" || rc=$?
 
+# A server whose engine died may still be shutting down: ask /health too.
+PORTS=("$P_COLO" "$P_PREFILL" "$P_DECODE")
 for i in "${!PIDS[@]}"; do
-    kill -0 "${PIDS[$i]}" 2>/dev/null || { echo "${NAMES[$i]} died during the run; the end of its log:" >&2; tail -n 40 "$LOGS/${NAMES[$i]}.log" >&2; rc=1; }
+    if ! kill -0 "${PIDS[$i]}" 2>/dev/null || { [ "$i" -lt 3 ] && ! healthy "${PORTS[$i]}"; }; then
+        echo "${NAMES[$i]} died during the run" >&2
+        show_log "${NAMES[$i]}"
+        rc=1
+    fi
 done
 say "done, exit $rc"
 exit $rc
