@@ -179,6 +179,7 @@ impl Stitcher {
             what,
             strict: self.strict,
             row_shape: self.row_shape,
+            decode_counts: None,
         }
     }
 

@@ -74,6 +74,7 @@ use crate::bytes::{self, Doc, ScannedValue};
 use crate::error::{Error, Side};
 use crate::fields::ROUTED_EXPERTS;
 use crate::handle::Keys;
+use crate::inline::anchor::{self, Counts};
 use crate::view::View;
 use crate::{Stitch, Stitcher};
 
@@ -125,6 +126,62 @@ pub struct StreamStitcher {
     /// Whether the prefill holds a line-end byte (a merge's new text taken
     /// from it is then checked for line breaks).
     prefill_breaks: bool,
+    /// The generated tokens seen so far, per choice, when the prefill's
+    /// rows are a `.npy` placed by counts (vLLM 0.32): a streamed choice's
+    /// `token_ids` is each event's own, so its count on the rows event is
+    /// the sum over the stream (SPEC section 11, "Counts").
+    tokens: Option<Tokens>,
+}
+
+/// The counts a stream gives a vLLM `.npy`: the prompt's tokens (the
+/// prefill's `usage.prompt_tokens`) and each choice's generated tokens so
+/// far, by the choice's `index`.
+#[derive(Debug)]
+struct Tokens {
+    prompt: u64,
+    by_index: Vec<(u64, u64)>,
+}
+
+impl Tokens {
+    fn seen(&self, index: u64) -> u64 {
+        self.by_index
+            .iter()
+            .find(|(i, _)| *i == index)
+            .map_or(0, |(_, n)| *n)
+    }
+
+    /// Adds the tokens of each choice of the event `root`.
+    fn add(&mut self, root: ScannedValue<'_>) {
+        let Some(choices) = root.get("choices").and_then(View::elements) else {
+            return;
+        };
+        for (i, choice) in choices.enumerate() {
+            let n = choice.get("token_ids").and_then(View::len).unwrap_or(0) as u64;
+            let index = choice_index(choice, i);
+            match self.by_index.iter_mut().find(|(k, _)| *k == index) {
+                Some((_, seen)) => *seen = seen.saturating_add(n),
+                None => self.by_index.push((index, n)),
+            }
+        }
+    }
+
+    /// The counts of each choice of the event `root`: the tokens before it
+    /// and its own.
+    fn counts(&self, root: ScannedValue<'_>) -> Vec<Counts> {
+        root.get("choices")
+            .and_then(View::elements)
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, choice)| {
+                let own = choice.get("token_ids").and_then(View::len).unwrap_or(0) as u64;
+                Counts {
+                    prompt: self.prompt,
+                    generated: self.seen(choice_index(choice, i)).saturating_add(own),
+                }
+            })
+            .collect()
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -259,7 +316,12 @@ impl StreamStitcher {
     /// [`Error::Json`] (side prefill) when `prefill` is not JSON.
     pub fn new(stitcher: Stitcher, prefill: impl Into<Vec<u8>>) -> Result<StreamStitcher, Error> {
         let prefill = prefill.into();
-        bytes::scan(Side::Prefill, &prefill)?;
+        let doc = bytes::scan(Side::Prefill, &prefill)?;
+        let tokens = anchor::counted_prefill(ScannedValue::root(&doc)).map(|prompt| Tokens {
+            prompt,
+            by_index: Vec::new(),
+        });
+        drop(doc);
         let prefill_breaks = memchr::memchr2(b'\n', b'\r', &prefill).is_some();
         Ok(StreamStitcher {
             stitcher,
@@ -274,6 +336,7 @@ impl StreamStitcher {
             state: State::Open,
             data: Vec::new(),
             prefill_breaks,
+            tokens,
         })
     }
 
@@ -348,6 +411,16 @@ impl StreamStitcher {
         self.events
     }
 
+    /// [`next_suspect`], and while tokens are counted, the first
+    /// `token_ids` too: such an event is read for its count.
+    fn suspect(&self, bytes: &[u8]) -> usize {
+        let first = next_suspect(bytes);
+        match self.tokens {
+            Some(_) => memchr::memmem::find(&bytes[..first], b"token_ids").unwrap_or(first),
+            None => first,
+        }
+    }
+
     fn check_open(&self) -> Result<(), Error> {
         match self.state {
             State::Open => Ok(()),
@@ -391,7 +464,7 @@ impl StreamStitcher {
         // rows starts: every event that ends at or before it holds none, and
         // is passed on without a search of its own (one search per needle
         // over the chunk, not one per event).
-        let mut suspect = next_suspect(input);
+        let mut suspect = self.suspect(input);
         loop {
             if self.after_blank_cr {
                 match input.first() {
@@ -445,7 +518,7 @@ impl StreamStitcher {
                     Some(end) => {
                         self.event(&input[..end], scan.lines, Some(true), out)?;
                         input = &input[end..];
-                        suspect = next_suspect(input);
+                        suspect = self.suspect(input);
                     }
                     None => {
                         self.pending.extend_from_slice(input);
@@ -465,7 +538,7 @@ impl StreamStitcher {
                         self.pending.clear();
                         self.scan = Scan::START;
                         result?;
-                        suspect = next_suspect(input);
+                        suspect = self.suspect(input);
                     }
                     None => {
                         self.pending.extend_from_slice(input);
@@ -490,7 +563,7 @@ impl StreamStitcher {
     ) -> Result<(), Error> {
         let number = self.events;
         let offset = self.offset;
-        let suspect = suspect.unwrap_or_else(|| may_carry_rows(event));
+        let suspect = suspect.unwrap_or_else(|| self.suspect(event) < event.len());
         if suspect {
             self.stitch_event(event, lines, number, offset, out)?;
         } else {
@@ -570,7 +643,11 @@ impl StreamStitcher {
         };
         let fields: Vec<&str> = self.stitcher.fields().collect();
         let slots = rows_slots(&fields, &doc);
+        let root = ScannedValue::root(&doc);
         if slots.is_empty() {
+            if let Some(tokens) = &mut self.tokens {
+                tokens.add(root);
+            }
             out.extend_from_slice(event);
             return Ok(());
         }
@@ -590,35 +667,34 @@ impl StreamStitcher {
         } else {
             &self.prefill
         };
-        let merged = bytes::merge_doc_with(
-            self.stitcher.spec(Stitch::ForPd),
-            &self.prefill,
-            &doc,
-            |stitched| match single {
-                // One data line, and a merged text without a line break
-                // (the decode's line has none; the merge's new text is
-                // checked): written straight into `out`, as `reframe`
-                // would write it.
-                Some((line, end)) if !stitched.has_line_break(clean) => {
-                    let prefix = data_prefix(line);
-                    out.reserve(prefix.len() + 1 + stitched.len() + end.len() + 1);
-                    out.extend_from_slice(prefix);
-                    let at = out.len();
-                    stitched.extend_into(out);
-                    if !prefix.ends_with(b" ") && out.get(at) == Some(&b' ') {
-                        out.insert(at, b' ');
-                    }
-                    out.extend_from_slice(end);
-                    out.extend_from_slice(&event[event.len() - 1..]);
-                    None
+        // A vLLM `.npy` is placed by the tokens of the whole stream so far.
+        let counts = self.tokens.as_ref().map(|tokens| tokens.counts(root));
+        let mut spec = self.stitcher.spec(Stitch::ForPd);
+        spec.decode_counts = counts.as_deref();
+        let merged = bytes::merge_doc_with(spec, &self.prefill, &doc, |stitched| match single {
+            // One data line, and a merged text without a line break
+            // (the decode's line has none; the merge's new text is
+            // checked): written straight into `out`, as `reframe`
+            // would write it.
+            Some((line, end)) if !stitched.has_line_break(clean) => {
+                let prefix = data_prefix(line);
+                out.reserve(prefix.len() + 1 + stitched.len() + end.len() + 1);
+                out.extend_from_slice(prefix);
+                let at = out.len();
+                stitched.extend_into(out);
+                if !prefix.ends_with(b" ") && out.get(at) == Some(&b' ') {
+                    out.insert(at, b' ');
                 }
-                _ => {
-                    let mut merged = Vec::with_capacity(stitched.len());
-                    stitched.extend_into(&mut merged);
-                    Some(merged)
-                }
-            },
-        )
+                out.extend_from_slice(end);
+                out.extend_from_slice(&event[event.len() - 1..]);
+                None
+            }
+            _ => {
+                let mut merged = Vec::with_capacity(stitched.len());
+                stitched.extend_into(&mut merged);
+                Some(merged)
+            }
+        })
         .map_err(|error| Error::StreamEvent {
             event: number,
             offset,
@@ -635,6 +711,9 @@ impl StreamStitcher {
         }
         self.seen
             .extend(slots.into_iter().map(|slot| (slot, number)));
+        if let Some(tokens) = &mut self.tokens {
+            tokens.add(root);
+        }
         Ok(())
     }
 }

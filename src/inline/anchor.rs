@@ -87,6 +87,20 @@ impl Counts {
     }
 }
 
+/// The prompt's tokens when `prefill`'s rows are a `.npy` placed by counts
+/// (`choices[0].routed_experts` a string, `choices[0].token_ids` an array,
+/// `usage.prompt_tokens` an integer): what a stream of the decode's needs
+/// to place its own (the stream's events carry no `usage`).
+pub(crate) fn counted_prefill<'a, V: View<'a>>(prefill: V) -> Option<u64> {
+    let choice = crate::response::prefill_choice(prefill)?;
+    let npy = choice.get(crate::fields::ROUTED_EXPERTS)?.kind() == Kind::String;
+    let counted = choice.get("token_ids")?.kind() == Kind::Array;
+    if !(npy && counted) {
+        return None;
+    }
+    prefill.get("usage")?.get("prompt_tokens")?.as_u64()
+}
+
 /// `side usage.prompt_tokens`.
 pub(crate) fn prompt_at(side: Side) -> Location {
     Location::root(side).key("usage").key("prompt_tokens")

@@ -67,18 +67,23 @@ impl<'p> PrefillRows<'p> {
 
     /// Validates the rows of choice `i` of `decode` and computes its merged
     /// rows, writing nothing.
+    /// `given` places a `.npy` in place of the decode's own counts.
     pub(crate) fn plan<'d, D: View<'d>>(
         &self,
         decode: D,
         choice: D,
         i: usize,
+        given: Option<&Counts>,
     ) -> Result<Merged, Error> {
         let at = || rows_at(Side::Decode, i);
         let value = choice
             .get(ROUTED_EXPERTS)
             .filter(|value| !value.is_null())
             .ok_or_else(|| Error::MissingDecodeRows { at: at() })?;
-        let counts = || Counts::read(decode, choice, Side::Decode, i);
+        let counts = || match given {
+            Some(&counts) => Ok(Some(counts)),
+            None => Counts::read(decode, choice, Side::Decode, i),
+        };
         let decode = Inline::parse(value, counts, at)?;
         merge(&self.rows, &decode, at)
     }

@@ -18,6 +18,7 @@ pub(crate) mod value;
 
 use crate::error::{Error, Location, Side};
 use crate::fields::DEFAULT_FIELDS;
+use crate::inline::anchor::Counts;
 use crate::json::choice_at;
 use crate::view::{describe_view, Kind, View};
 use crate::{handle, inline, sglang, Stitch};
@@ -30,6 +31,7 @@ pub(crate) fn default_spec(what: Stitch) -> Spec<'static, &'static str> {
         what,
         strict: false,
         row_shape: None,
+        decode_counts: None,
     }
 }
 
@@ -43,6 +45,10 @@ pub(crate) struct Spec<'f, S> {
     pub(crate) strict: bool,
     /// SGLang's `(layers, top_k)`, when the caller knows it.
     pub(crate) row_shape: Option<(u64, u64)>,
+    /// The counts that place each decode choice's `.npy` rows, by choice
+    /// position, when they come from elsewhere than the decode (a stream's
+    /// events, whose `token_ids` are each event's own).
+    pub(crate) decode_counts: Option<&'f [Counts]>,
 }
 
 /// Everything a merge writes: the prefill's segments to put in front of every
@@ -79,6 +85,7 @@ where
         what,
         strict,
         row_shape,
+        decode_counts,
     } = spec;
     let inline = if what.inline() {
         inline::PrefillRows::read(prefill)?
@@ -139,7 +146,7 @@ where
         choices.push(ChoicePlan {
             inline: inline
                 .as_ref()
-                .map(|p| p.plan(decode, choice, i))
+                .map(|p| p.plan(decode, choice, i, decode_counts.and_then(|c| c.get(i))))
                 .transpose()?,
             by_handle: by_handle
                 .as_ref()

@@ -333,3 +333,171 @@ fn v5_each_choice_is_placed_by_its_own_tokens() {
     let err = merge_both(&prefill, &decode).expect_err("read from 0, the decode misses the cut");
     assert_eq!(err.kind(), ErrorKind::Coverage, "{err}");
 }
+
+// ----------------------------------------------------------------------------
+// The real engine's answers (tests/fixtures/engines/vllm, saved from vLLM 0.32
+// on the CPU by tests/engines/vllm/run.sh --save-fixtures).
+// ----------------------------------------------------------------------------
+
+fn fixture(path: &str) -> Vec<u8> {
+    let at = format!(
+        "{}/tests/fixtures/engines/vllm/{path}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read(&at).unwrap_or_else(|e| panic!("{at}: {e}"))
+}
+
+fn fixture_json(path: &str) -> Value {
+    serde_json::from_slice(&fixture(path)).expect("JSON")
+}
+
+/// A choice's rows as the test's own reader reads them: (rows, bytes), and
+/// the positions they end at by the answer's counts, `P + N - 1`.
+fn engine_rows(response: &Value, c: usize) -> (u64, Vec<u8>, u64) {
+    let (rows, data) = read(response, c);
+    let end = response["usage"]["prompt_tokens"].as_u64().unwrap()
+        + response["choices"][c]["token_ids"]
+            .as_array()
+            .unwrap()
+            .len() as u64
+        - 1;
+    (rows, data, end)
+}
+
+/// The engine's own pairs, stitched by both paths, give the colocated
+/// server's rows byte for byte: the decode sent S = P, sent S at the block
+/// it loads, n = 2, and a second turn asked from S0 = 45.
+#[test]
+fn the_engines_pairs_stitch_to_its_colocated_rows() {
+    let cases = [
+        ("p45/prefill.json", "p45/decode.json", "p45/colocated.json"),
+        (
+            "p45/prefill.json",
+            "p45/decode-s32.json",
+            "p45/colocated.json",
+        ),
+        ("p70/prefill.json", "p70/decode.json", "p70/colocated.json"),
+        (
+            "p70/prefill.json",
+            "p70/decode-s64.json",
+            "p70/colocated.json",
+        ),
+        (
+            "p45/prefill-n2.json",
+            "p45/decode-n2.json",
+            "p45/colocated-n2.json",
+        ),
+        (
+            "p70/prefill-n2.json",
+            "p70/decode-n2.json",
+            "p70/colocated-n2.json",
+        ),
+        (
+            "turn2/prefill.json",
+            "turn2/decode.json",
+            "turn2/colocated.json",
+        ),
+    ];
+    for (prefill, decode, colocated) in cases {
+        let colocated = fixture_json(colocated);
+        let decode_json = fixture_json(decode);
+        // The decode's own rows are not the colocated ones (they start
+        // later): the check below can fail.
+        assert_ne!(read(&decode_json, 0), read(&colocated, 0), "{decode}");
+        let merged = merge_both(&fixture_json(prefill), &decode_json).expect(decode);
+        let choices = colocated["choices"].as_array().unwrap().len();
+        assert_eq!(merged["choices"].as_array().unwrap().len(), choices);
+        for c in 0..choices {
+            assert_eq!(
+                engine_rows(&merged, c),
+                engine_rows(&colocated, c),
+                "{decode} choice {c}"
+            );
+            assert_eq!(
+                merged["choices"][c]["token_ids"], colocated["choices"][c]["token_ids"],
+                "{decode} choice {c}"
+            );
+        }
+    }
+}
+
+/// The engine's decode streams (with and without a usage event), stitched
+/// by `StreamStitcher` in chunks of every size up to 64 bytes: the rows
+/// event's rows are the colocated rows, placed by the tokens of the whole
+/// stream, and every other event passes byte for byte.
+#[test]
+fn the_engines_streams_stitch_to_its_colocated_rows() {
+    use pd_stitch::stream::StreamStitcher;
+    for prompt in ["p45", "p70"] {
+        let prefill = fixture(&format!("{prompt}/prefill.json"));
+        let colocated = fixture_json(&format!("{prompt}/colocated.json"));
+        for stream in ["decode.sse", "decode-usage.sse"] {
+            let input = fixture(&format!("{prompt}/{stream}"));
+            for size in [1, 7, 64, input.len()] {
+                let mut stitcher =
+                    StreamStitcher::new(Stitcher::new(), prefill.clone()).expect("prefill");
+                let mut out = Vec::new();
+                for chunk in input.chunks(size) {
+                    stitcher.feed(chunk, &mut out).expect("feeds");
+                }
+                stitcher.finish(&mut out).expect("finishes");
+                let text = String::from_utf8(out).unwrap();
+                let events: Vec<&str> = text.split("\n\n").filter(|e| !e.is_empty()).collect();
+                let inputs: Vec<&str> = std::str::from_utf8(&input)
+                    .unwrap()
+                    .split("\n\n")
+                    .filter(|e| !e.is_empty())
+                    .collect();
+                assert_eq!(events.len(), inputs.len());
+                let mut stitched = 0;
+                for (got, sent) in events.iter().zip(&inputs) {
+                    if !sent.contains("\"routed_experts\":\"") {
+                        assert_eq!(got, sent, "{prompt}/{stream}: passed as sent");
+                        continue;
+                    }
+                    stitched += 1;
+                    let data: Value =
+                        serde_json::from_str(got.strip_prefix("data: ").unwrap()).unwrap();
+                    let (rows, bytes) = read(&data, 0);
+                    let (want_rows, want_bytes, _) = engine_rows(&colocated, 0);
+                    assert_eq!((rows, bytes), (want_rows, want_bytes), "{prompt}/{stream}");
+                }
+                assert_eq!(stitched, 1, "{prompt}/{stream}");
+            }
+        }
+    }
+}
+
+/// The prefill's rows alone, on a 1-token prompt, place at `[0, 1)`; and
+/// `pd-stitch`'s readers place each saved answer where the engine put it.
+#[test]
+fn the_engines_answers_read_at_their_positions() {
+    let cases = [
+        ("p1/colocated.json", 0),
+        ("p1/prefill.json", 0),
+        ("p45/prefill.json", 0),
+        ("p45/decode.json", 45),
+        ("p45/decode-s32.json", 32),
+        ("p70/decode-s64.json", 64),
+        ("turn2/colocated.json", 45),
+        ("turn2/prefill.json", 45),
+        ("turn2/decode.json", 62),
+    ];
+    for (path, start) in cases {
+        let response = fixture_json(path);
+        let rows = pd_stitch::gather::gather_from(
+            &response,
+            0,
+            "routed_experts",
+            &pd_stitch::gather::Store::memory(),
+        )
+        .expect(path);
+        let (count, _, end) = engine_rows(&response, 0);
+        assert_eq!(
+            rows.positions(),
+            pd_stitch::algebra::Rows::new(start, end).unwrap(),
+            "{path}"
+        );
+        assert_eq!(end - start, count, "{path}");
+    }
+}
