@@ -102,19 +102,59 @@ def sglang_request(request, host, port):
     return dict(request, **fields)
 
 
-def decode_request(request, kv_transfer_params):
-    """The client's request, with the prefill's kv_transfer_params."""
-    if kv_transfer_params is None:
+def decode_request(request, prefill, decode_start=True):
+    """The vLLM decode's request: the client's, with the prefill's
+    kv_transfer_params, and (with decode_start) the start of the rows the
+    decode computes, sampling_params.routed_experts_prompt_start = max(P, S0),
+    P the prompt's length (the request's token_ids, else the prefill's
+    usage.prompt_tokens), S0 the client's. A vLLM 0.32 decode sent no start
+    goes down on any prompt longer than one KV block (docs/SPEC.md 4a)."""
+    request = dict(request)
+    if prefill.get("kv_transfer_params") is not None:
+        request["kv_transfer_params"] = prefill["kv_transfer_params"]
+    if not decode_start:
         return request
-    return dict(request, kv_transfer_params=kv_transfer_params)
+    tokens = request.get("token_ids")
+    if isinstance(tokens, list):
+        prompt = len(tokens)
+    else:
+        prompt = (prefill.get("usage") or {}).get("prompt_tokens")
+        if not isinstance(prompt, int) or isinstance(prompt, bool) or prompt < 0:
+            raise Failure(502, "prompt_length",
+                          "neither the request's token_ids nor the prefill's usage.prompt_tokens gives "
+                          "the prompt's length, which the decode's routed_experts_prompt_start needs")
+    params = request.get("sampling_params", {})
+    if not isinstance(params, dict):
+        raise Failure(400, "invalid_request", "sampling_params must be a JSON object")
+    asked = params.get("routed_experts_prompt_start")
+    asked = asked if isinstance(asked, int) and not isinstance(asked, bool) else 0
+    request["sampling_params"] = dict(params, routed_experts_prompt_start=max(asked, prompt))
+    return request
+
+
+def sglang_decode_request(request):
+    """The SGLang decode's request: routed_experts_start_len set to the
+    prompt's length (one per prompt of a batch), so that the decode answers
+    only the rows it computes; the prompt rows it would answer otherwise are
+    zeros or stale rows of earlier requests. A request by text is sent as it
+    is (no tokenizer here to count its prompt)."""
+    ids = request.get("input_ids")
+    if not isinstance(ids, list):
+        return request
+    if ids and isinstance(ids[0], list):
+        start = [len(prompt) if isinstance(prompt, list) else 0 for prompt in ids]
+    else:
+        start = len(ids)
+    return dict(request, routed_experts_start_len=start)
 
 
 class Proxy:
-    def __init__(self, prefill, decode, timeout, row_shape=None, bootstrap_port=8998):
+    def __init__(self, prefill, decode, timeout, row_shape=None, bootstrap_port=8998, decode_start=True):
         self.backends = {"prefill": prefill.rstrip("/"), "decode": decode.rstrip("/")}
         self.timeout = timeout
         self.row_shape = row_shape
         self.bootstrap_port = bootstrap_port
+        self.decode_start = decode_start
         self.session = None
 
     async def start(self, app):
@@ -178,6 +218,8 @@ class Proxy:
         host = urllib.parse.urlsplit(self.backends["prefill"]).hostname
         decode_body = sglang_request(request, host, self.bootstrap_port)
         prefill_body = dict(decode_body, stream=False)
+        if self.decode_start:
+            decode_body = sglang_decode_request(decode_body)
         stream = decode_body.get("stream") is True
         prefill = asyncio.ensure_future(self.read("prefill", prefill_body, path=SGLANG_GENERATE))
         if stream:
@@ -228,18 +270,19 @@ class Proxy:
 
         prefill = await self.read("prefill", prefill_body)
         try:
-            # Only kv_transfer_params is needed from the prefill as objects;
-            # the stitch itself works on the bytes.
-            kv_transfer_params = json.loads(prefill).get("kv_transfer_params")
+            # Only kv_transfer_params and the prompt's length are needed from
+            # the prefill as objects; the stitch itself works on the bytes.
+            prefill_object = json.loads(prefill)
+            decode_body = decode_request(request, prefill_object, self.decode_start)
         except (ValueError, AttributeError) as e:
             raise Failure(502, "backend_error", f"the prefill backend's response is not a JSON object: {e}")
 
         if stream:
             stitcher = self.stream_stitcher(prefill)
-            response = await self.send("decode", decode_request(request, kv_transfer_params), deadline=False)
+            response = await self.send("decode", decode_body, deadline=False)
             return await self.stream_through(http_request, response, stitcher)
 
-        decode = await self.read("decode", decode_request(request, kv_transfer_params))
+        decode = await self.read("decode", decode_body)
         return await self.merged(prefill, decode)
 
     async def stream_through(self, http_request, response, stitcher):
@@ -269,8 +312,8 @@ class Proxy:
         return out
 
 
-def app(prefill, decode, timeout=30.0, row_shape=None, bootstrap_port=8998):
-    proxy = Proxy(prefill, decode, timeout, row_shape, bootstrap_port)
+def app(prefill, decode, timeout=30.0, row_shape=None, bootstrap_port=8998, decode_start=True):
+    proxy = Proxy(prefill, decode, timeout, row_shape, bootstrap_port, decode_start)
     application = web.Application(client_max_size=1 << 30)
     application.router.add_post(GENERATE, proxy.generate)
     application.router.add_post(SGLANG_GENERATE, proxy.sglang_generate)
@@ -299,9 +342,13 @@ def main():
     parser.add_argument("--row-shape", type=row_shape, default=None,
                         help="LAYERSxTOP_K of the model's rows, which place SGLang's rows")
     parser.add_argument("--bootstrap-port", type=int, default=8998, help="the SGLang prefill's bootstrap port")
+    parser.add_argument("--no-decode-start", action="store_true",
+                        help="send the decode the client's start as it is, not the prompt's length "
+                             "(a vLLM 0.32 decode goes down on it: only to show that)")
     args = parser.parse_args()
     host, _, port = args.listen.rpartition(":")
-    application = app(args.prefill, args.decode, args.timeout, args.row_shape, args.bootstrap_port)
+    application = app(args.prefill, args.decode, args.timeout, args.row_shape, args.bootstrap_port,
+                      not args.no_decode_start)
     web.run_app(application, host=host, port=int(port),
                 print=lambda line: print(line, flush=True))
 

@@ -115,7 +115,7 @@ def test_stitched_rows_equal_a_direct_merge_of_the_backends_answers(backends):
             p_body = pd_proxy.prefill_request(body)
             async with session.post(prefill + pd_proxy.GENERATE, json=p_body) as r:
                 p = await r.read()
-            d_body = pd_proxy.decode_request(body, json.loads(p).get("kv_transfer_params"))
+            d_body = pd_proxy.decode_request(body, json.loads(p))
             async with session.post(decode + pd_proxy.GENERATE, json=d_body) as r:
                 d = await r.read()
         return pd_stitch.merge_routed_experts_for_pd(p, d)
@@ -128,6 +128,39 @@ def test_stitched_rows_equal_a_direct_merge_of_the_backends_answers(backends):
         for c in range(len(json.loads(expected)["choices"])):
             assert np.array_equal(pd_stitch.gather(through_proxy, c, root=root)[1],
                                   pd_stitch.gather(expected, c, root=root)[1])
+
+
+def test_the_vllm_decode_is_sent_the_prompt_start():
+    """max(P, S0), P from token_ids else the prefill's usage; a request
+    whose prompt length nothing gives is a 502, never a decode sent no
+    start (docs/SPEC.md 4a); off, the request is the client's."""
+    prefill = {"usage": {"prompt_tokens": 7}, "kv_transfer_params": {"k": 1}}
+    cases = [
+        ({"token_ids": [1, 2, 3]}, 3),
+        ({"token_ids": [1, 2, 3], "sampling_params": {"routed_experts_prompt_start": 5}}, 5),
+        ({"token_ids": [1, 2, 3], "sampling_params": {"routed_experts_prompt_start": 2}}, 3),
+        ({"request_id": 1}, 7),
+    ]
+    for request, start in cases:
+        before = json.loads(json.dumps(request))
+        sent = pd_proxy.decode_request(request, prefill)
+        assert sent["sampling_params"]["routed_experts_prompt_start"] == start, request
+        assert sent["kv_transfer_params"] == {"k": 1}
+        assert request == before, "the client's request is not changed"
+        assert pd_proxy.decode_request(request, {}, decode_start=False) == request
+    with pytest.raises(pd_proxy.Failure) as failure:
+        pd_proxy.decode_request({"request_id": 1}, {})
+    assert failure.value.status == 502
+    with pytest.raises(pd_proxy.Failure) as failure:
+        pd_proxy.decode_request({"token_ids": [1], "sampling_params": 3}, prefill)
+    assert failure.value.status == 400
+
+
+def test_the_sglang_decode_is_sent_the_start_len():
+    assert pd_proxy.sglang_decode_request({"input_ids": [1, 2, 3]})["routed_experts_start_len"] == 3
+    assert pd_proxy.sglang_decode_request(
+        {"input_ids": [[1, 2], [3, 4, 5, 6]]})["routed_experts_start_len"] == [2, 4]
+    assert "routed_experts_start_len" not in pd_proxy.sglang_decode_request({"text": "6 x 7?"})
 
 
 def events(body):
