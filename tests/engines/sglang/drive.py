@@ -152,6 +152,27 @@ def gen_body(ids, n_new, stream=False, ignore_eos=True, **extra):
     return body
 
 
+def b64_len(n_bytes):
+    return 4 * ((n_bytes + 2) // 3)
+
+
+class Tap:
+    """Reads what tap.py (between the router and the decode) noted since the
+    last mark: the starts the router sent and the rows the decode answered."""
+
+    def __init__(self, path):
+        self.path = path
+        self.pos = 0
+
+    def mark(self):
+        self.pos = os.path.getsize(self.path) if os.path.exists(self.path) else 0
+
+    def since(self):
+        with open(self.path) as f:
+            f.seek(self.pos)
+            return [json.loads(line) for line in f.read().splitlines() if line.strip()]
+
+
 class Run:
     def __init__(self, args):
         self.args = args
@@ -164,6 +185,10 @@ class Run:
             shutil.rmtree(os.path.join(self.cmp_dir, side), ignore_errors=True)
             os.makedirs(os.path.join(self.cmp_dir, side))
         self.stale = []  # observations of the decode's full-length prompt rows
+        self.tap = Tap(args.tap_log) if args.tap_log else None
+        # Base64 characters of rows the decode sent the router, and what it
+        # would have sent asked from the client's start (full-length).
+        self.through_router = {"requests": 0, "b64_received": 0, "b64_full_length": 0, "batches": []}
         self.router_sends_start = None
 
     def fail(self, kind, name, what):
@@ -223,9 +248,14 @@ class Run:
         kind += ", pool not wrapped" if self.decode_tokens + need <= self.args.decode_pool else ", pool wrapped"
         name = name or f"{self.n:03d}-{kind}"
         stream = body.get("stream", False)
+        if self.tap:
+            self.tap.mark()
         got = post(self.args.router, "/generate", body)
         self.note_decode(body)
+        tapped = self.tap.since() if self.tap else None
         want = post(self.args.colocated, "/generate", body)
+        if tapped is not None and want.status == 200:
+            self.check_decode_asked(kind, name, body, want, tapped)
         if got.status != 200 or want.status != 200:
             self.fail(kind, name, f"status router {got.status} colocated {want.status}: {got.body[:300]!r}")
             return got, want
@@ -269,6 +299,32 @@ class Run:
         if ok:
             self.counts[kind] += 1
         return got, want
+
+    def check_decode_asked(self, kind, name, body, want, tapped):
+        """The router asks the decode only for the rows it computes: it sends
+        `routed_experts_start_len = P` and the decode answers N - 1 rows
+        (tap.py saw both). A batch is reported, not checked: SGLang takes one
+        integer start per request (io_struct.py), not one per prompt."""
+        starts = [t["start"] for t in tapped if t["dir"] == "request"]
+        answers = [t["b64"] for t in tapped if t["dir"] == "answer"]
+        ids = body["input_ids"]
+        client_start = body.get("routed_experts_start_len", 0)
+        if isinstance(ids[0], list):
+            self.through_router["batches"].append({"name": name, "prompts": [len(p) for p in ids], "starts_sent": starts, "rows_received": [b * 3 // 4 // 24 for b in answers]})
+            return
+        if body.get("stream"):
+            item, _, _ = last_event_json(want)
+        else:
+            item = want.json()
+        P, N = len(ids), item["meta_info"]["completion_tokens"]
+        self.through_router["requests"] += 1
+        self.through_router["b64_received"] += sum(answers)
+        self.through_router["b64_full_length"] += b64_len((P - client_start + N - 1) * WIDTH * 4)
+        want_b64 = b64_len((N - 1) * WIDTH * 4)
+        if starts == [P] and answers == [want_b64]:
+            self.counts["the decode asked from P (tap)"] += 1
+        else:
+            self.fail("the decode asked from P (tap)", name, f"the router sent the decode routed_experts_start_len {starts} (P = {P}) and got {[b * 3 // 4 // 24 for b in answers]} rows (N - 1 = {N - 1})")
 
     # -- the pair directly --
 
@@ -332,7 +388,14 @@ class Run:
             if a.status != 200:
                 self.fail("direct", label, f"{who} answered {a.status}: {a.body[:300]!r}")
                 return None
-        self.check_direct(label, body, prefill, decode, truth, from_prompt)
+        if not self.check_direct(label, body, prefill, decode, truth, from_prompt):
+            # Kept for a look: the three answers and the bodies sent.
+            d = os.path.join(self.args.answers, "failures", label.replace(" ", "_").replace(",", ""))
+            os.makedirs(d, exist_ok=True)
+            for fname, data in (("prefill.json", prefill.body), ("decode.json", decode.body), ("colocated.json", truth.body),
+                                ("prefill_request.json", json.dumps(pbody).encode()), ("decode_request.json", json.dumps(dbody).encode())):
+                with open(os.path.join(d, fname), "wb") as f:
+                    f.write(data)
         return prefill, decode, truth, pbody, dbody
 
 
@@ -402,12 +465,12 @@ def fixtures_fresh(run):
     return body
 
 
-def sizes(run, k=12):
+def sizes(run, k=8):
     """The decode's answer with and without routed_experts_start_len = P:
     prompts of about 300 tokens, 24 new ones."""
     out = {"full": [], "from_prompt": [], "full_rows": [], "from_prompt_rows": []}
     for i in range(k):
-        body = gen_body(prompt(290 + i), 24)
+        body = gen_body(prompt(294 + i), 24)
         for from_prompt in (False, True):
             got = run.pair(f"size {i} {'from P' if from_prompt else 'full'}", body, from_prompt)
             if got is None:
@@ -492,6 +555,7 @@ def main():
     ap.add_argument("--pd-stitch", required=True)
     ap.add_argument("--answers", required=True)
     ap.add_argument("--fixtures")
+    ap.add_argument("--tap-log", help="tap.py's log, when the router reaches the decode through it")
     ap.add_argument("--startup", default="")
     args = ap.parse_args()
     run = Run(args)
@@ -568,8 +632,14 @@ def main():
         stale = o["prompt_rows"] - o["zeros"] - o["equal_to_truth"]
         print(f"  {o['label']:28s} {o['zeros']:4d} / {o['equal_to_truth']:4d} / {stale:4d} of {o['prompt_rows']:4d}   after about {o['decode_tokens_before']} slots (pool {o['pool']})")
     med = statistics.median
+    tr = run.through_router
+    if run.tap and tr["requests"]:
+        print(f"rows the decode sent the router (tap.py), {tr['requests']} single-prompt requests: {tr['b64_received']} base64 characters; "
+              f"asked full-length from the client's start it would have sent {tr['b64_full_length']} ({tr['b64_full_length'] / max(1, tr['b64_received']):.2f}x)")
+        for b in tr["batches"]:
+            print(f"  batch {b['name']}: prompts {b['prompts']}, the router sent the decode start {b['starts_sent']}, rows received per item {b['rows_received']}")
     if size["full"] and size["from_prompt"]:
-        print(f"decode answer size, prompts 290-301 tokens, 24 new: full-length median {med(size['full'])} B (rows string {med(size['full_rows'])} B), "
+        print(f"decode answer size, prompts 294-301 tokens, 24 new: full-length median {med(size['full'])} B (rows string {med(size['full_rows'])} B), "
               f"from P median {med(size['from_prompt'])} B (rows string {med(size['from_prompt_rows'])} B): "
               f"{med(size['full']) / med(size['from_prompt']):.2f}x")
     if router_t and decode_t:
@@ -588,7 +658,7 @@ def main():
     with open(os.path.join(args.answers, "report.json"), "w") as f:
         json.dump({"counts": run.counts, "failures": run.failures, "stale": run.stale, "sizes": size,
                    "ttfb": {"router": router_t, "decode": decode_t, "prefill_done": prefill_done},
-                   "openai": openai, "engine_facts": facts, "compare_exit": cmp.returncode}, f, indent=1)
+                   "openai": openai, "engine_facts": facts, "through_router": tr, "compare_exit": cmp.returncode}, f, indent=1)
     if run.failures:
         for f in run.failures:
             print("  DIFFERENT", *f)

@@ -16,7 +16,7 @@ mkdir -p "$out/logs"
 "$py" "$here/openai_probe.py" tokenizer "$out/model" "$out/model-tokenizer"
 
 port=$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-export PYTHONPATH="$here/pypath${PYTHONPATH:+:$PYTHONPATH}" SGLANG_USE_CPU_ENGINE=1 OMP_NUM_THREADS=1
+export PYTHONPATH="$here/pypath${PYTHONPATH:+:$PYTHONPATH}" SGLANG_USE_CPU_ENGINE=1 SGLANG_HOST_IP=127.0.0.1 OMP_NUM_THREADS=1
 setsid "$py" -m sglang.launch_server --model-path "$out/model-tokenizer" --device cpu \
     --attention-backend torch_native --sampling-backend pytorch --enable-return-routed-experts \
     --disable-cuda-graph --page-size 1 --host 127.0.0.1 --port "$port" --max-total-tokens 4096 \

@@ -17,7 +17,9 @@
 #                         target/engines/sglang/ports.env and wait (to try
 #                         requests by hand) instead of running drive.py
 #
-# Everything it makes is under target/engines/sglang: the venv (kept between
+# openai.sh beside it tries SGLang's OpenAI endpoints on a server with a
+# tokenizer (not part of this run). Everything it makes is under
+# target/engines/sglang: the venv (kept between
 # runs, see install.sh), the model, logs/ and answers/. The servers listen on
 # 127.0.0.1 on free ports picked here, each in its own process group, and are
 # stopped by their ids when the script exits, whether it passed or not.
@@ -69,9 +71,9 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # Free loopback ports, all held at once while picked so that none repeats.
-read -r port_colo port_prefill port_decode port_boot port_router < <("$py" - <<'EOF'
+read -r port_colo port_prefill port_decode port_boot port_router port_tap < <("$py" - <<'EOF'
 import socket
-socks = [socket.socket() for _ in range(5)]
+socks = [socket.socket() for _ in range(6)]
 for s in socks:
     s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in socks])
@@ -80,6 +82,10 @@ EOF
 
 export PYTHONPATH="$here/pypath${PYTHONPATH:+:$PYTHONPATH}"
 export SGLANG_USE_CPU_ENGINE=1
+# The address SGLang gives mooncake and the bootstrap server for this host:
+# without it, SGLang looks up the machine's network interface, and the KV
+# cache would move over that address instead of the loopback.
+export SGLANG_HOST_IP=127.0.0.1
 # With the early send of a cached prefix, a prefill whose prompt hits its radix
 # cache sends from a CUDA stream, which a CPU does not have.
 export SGLANG_DISAGG_PREFILL_EARLY_SEND_CACHED_PREFIX=0
@@ -109,7 +115,14 @@ start_server() { # name port args...
 }
 
 say "starting three SGLang servers (logs in $logs)"
-start_server colocated "$port_colo" --max-total-tokens "$OTHER_POOL"
+# The colocated server's radix cache is off, so that its answer is the same
+# computation whatever it was sent before. With it on, a greedy request that
+# hits the cache can take other tokens at a near tie: a 294-token prompt,
+# sent twice, was answered [324, 416, 466, ...] fresh and [324, 102, 487, ...]
+# with 293 tokens cached (the P/D pair answered the first both times, its
+# prefill's cache hit or not). The prefill keeps its cache: its rows for a
+# cached prefix are rows stored when that prefix was computed.
+start_server colocated "$port_colo" --max-total-tokens "$OTHER_POOL" --disable-radix-cache
 start_server prefill "$port_prefill" --max-total-tokens "$OTHER_POOL" \
     --disaggregation-mode prefill --disaggregation-transfer-backend mooncake_tcp \
     --disaggregation-bootstrap-port "$port_boot"
@@ -157,8 +170,20 @@ while [[ ${#pending[@]} -gt 0 ]]; do
 done
 
 say "starting the example router"
+# The router reaches the decode through tap.py, which notes the start the
+# router asks for and the rows the decode answers (drive.py checks both).
+tap_log="$logs/tap.jsonl"
+: > "$tap_log"
+setsid "$py" "$here/tap.py" "$port_tap" "$port_decode" "$tap_log" > "$logs/tap.log" 2>&1 < /dev/null &
+tap_pid=$!
+pgids+=("$tap_pid")
+for _ in $(seq 100); do
+    kill -0 "$tap_pid" 2>/dev/null || { echo "== sglang: tap.py died:" >&2; tail -n 20 "$logs/tap.log" >&2; exit 1; }
+    (echo > "/dev/tcp/127.0.0.1/$port_tap") 2>/dev/null && break
+    sleep 0.1
+done
 # shellcheck disable=SC2086 # PD_ROUTER_ARGS is a list of words on purpose
-setsid "$router_bin" --prefill "http://127.0.0.1:$port_prefill" --decode "http://127.0.0.1:$port_decode" \
+setsid "$router_bin" --prefill "http://127.0.0.1:$port_prefill" --decode "http://127.0.0.1:$port_tap" \
     --row-shape 3x2 --bootstrap-port "$port_boot" --listen "127.0.0.1:$port_router" \
     ${PD_ROUTER_ARGS:-} > "$logs/router.log" 2>&1 < /dev/null &
 router_pid=$!
@@ -192,6 +217,7 @@ fixture_args=()
     --bootstrap-port "$port_boot" \
     --decode-pool "$DECODE_POOL" \
     --pd-stitch "$cli_bin" \
+    --tap-log "$tap_log" \
     --answers "$out/answers" \
     --startup "colocated=${ready_after[colocated]},prefill=${ready_after[prefill]},decode=${ready_after[decode]}" \
     "${fixture_args[@]+"${fixture_args[@]}"}"
