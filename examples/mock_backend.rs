@@ -347,6 +347,10 @@ pub struct Mock {
     pub seen: Mutex<Vec<Value>>,
     /// How a decode mock reaches the prefill's bootstrap server.
     client: reqwest::Client,
+    /// A vLLM decode mock whose engine went down (sent a
+    /// `routed_experts_prompt_start` below the KV it loads): it answers
+    /// 503 from then on, as the real server, gone, answers nothing.
+    pub dead: std::sync::atomic::AtomicBool,
 }
 
 impl Mock {
@@ -358,6 +362,7 @@ impl Mock {
             fault: Fault::None,
             seen: Mutex::new(Vec::new()),
             client: reqwest::Client::new(),
+            dead: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -458,6 +463,12 @@ async fn generate(State(mock): State<Arc<Mock>>, body: Bytes) -> Response {
         Ok(body) => body,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
+    if mock.dead.load(std::sync::atomic::Ordering::Relaxed) {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "mock: the engine is down (EngineDeadError)",
+        );
+    }
     match mock.fault {
         Fault::Status500 => {
             return error(StatusCode::INTERNAL_SERVER_ERROR, "mock: internal error");
@@ -488,6 +499,16 @@ async fn generate(State(mock): State<Arc<Mock>>, body: Bytes) -> Response {
         Role::Decode => answers.decode.clone(),
         Role::Colocated => answers.colocated.clone(),
     };
+    if mock.role == Role::Decode && mock.deployment.forms.of(index) == Mode::Npy {
+        // vLLM 0.32's decode: rows from the start it was sent, or down.
+        match vllm_decode_rows(&mock.deployment, index, &body, &mut response) {
+            Ok(()) => {}
+            Err(why) => {
+                mock.dead.store(true, std::sync::atomic::Ordering::Relaxed);
+                return error(StatusCode::INTERNAL_SERVER_ERROR, why);
+            }
+        }
+    }
     if mock.fault == Fault::NoRouting {
         response = without_routing(response);
     }
@@ -507,19 +528,74 @@ async fn generate(State(mock): State<Arc<Mock>>, body: Bytes) -> Response {
         let choices = response["choices"].as_array().cloned().unwrap_or_default();
         let mut events = Vec::new();
         for (i, choice) in choices.into_iter().enumerate() {
-            for token in 0..2 {
+            // A choice that says its tokens (vLLM 0.32's `.npy` form) has
+            // them streamed as the engine streams them: each event its new
+            // tokens, the last one's with the rows.
+            let tokens = choice["token_ids"].as_array().cloned();
+            let split = tokens
+                .as_ref()
+                .map_or(2, |t| t.len().saturating_sub(1).min(2));
+            for token in 0..split {
+                let delta = tokens
+                    .as_ref()
+                    .map_or(json!([token]), |t| json!([t[token]]));
                 events.push(json!({"request_id": id, "choices": [
-                    {"index": i, "token_ids": [token], "finish_reason": null, "routed_experts": null}]}));
+                    {"index": i, "token_ids": delta, "finish_reason": null, "routed_experts": null}]}));
             }
             let mut choice = choice;
             choice["index"] = json!(i);
             choice["finish_reason"] = json!("length");
+            if let Some(tokens) = tokens {
+                choice["token_ids"] = json!(tokens[split..]);
+            }
             events.push(json!({"request_id": id, "choices": [choice]}));
         }
         events.push(json!({"request_id": id, "choices": [], "usage": response.get("usage")}));
         return sse(&events);
     }
     whole(&mock, &response)
+}
+
+/// The KV block of the engine the mocks stand for (`--block-size 32`, as the
+/// real engine's step runs it).
+pub const BLOCK: u64 = 32;
+
+/// What vLLM 0.32's decode answers (docs/SPEC.md section 4a): it loads the
+/// prompt's KV in whole blocks, `L = floor((P - 1) / BLOCK) * BLOCK` tokens
+/// (ExampleConnector keeps the last token to compute), computes the rest,
+/// and answers each choice's rows `[S, P + N - 1)` for the
+/// `routed_experts_prompt_start` S it was sent. An S below `L` takes its
+/// engine down: `Err` with the engine's message.
+fn vllm_decode_rows(
+    deployment: &Deployment,
+    index: usize,
+    body: &Value,
+    response: &mut Value,
+) -> Result<(), String> {
+    let request = Request::draw(deployment.seed, index);
+    let start = body
+        .pointer("/sampling_params/routed_experts_prompt_start")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    let loaded = request.prompt.saturating_sub(1) / BLOCK * BLOCK;
+    if start < loaded {
+        return Err(format!(
+            "mock: BlockObjectStoreError: auxiliary output object does not exist \
+             (sent routed_experts_prompt_start {start}, below the {loaded} tokens of KV it loaded); \
+             the engine is down"
+        ));
+    }
+    for (c, choice) in response["choices"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        choice["routed_experts"] = request
+            .vllm_npy(c, start, false)
+            .map_err(|e| format!("mock: {e}"))?;
+    }
+    Ok(())
 }
 
 /// The SGLang bootstrap fields of `body`: its room (the first, for a

@@ -642,22 +642,21 @@ const PROMPT_START: &str = "routed_experts_prompt_start";
 
 /// The SGLang decode's request: the one both instances are sent, with
 /// `routed_experts_start_len` set to the prompt's length (`input_ids`'
-/// length; one per prompt of a batch), so that the decode answers only the
-/// rows it computes, `[P, P + N - 1)`. Sent the client's start, it answers
-/// `[S0, P)` too, rows it never wrote (zeros, or stale rows of earlier
-/// requests), which the merge replaces with the prefill's. A request by
-/// `text` is sent as it is: the router has no tokenizer to count its prompt.
+/// length), so that the decode answers only the rows it computes,
+/// `[P, P + N - 1)`. Sent the client's start, it answers `[S0, P)` too, rows
+/// it never wrote (zeros, or stale rows of earlier requests), which the merge
+/// replaces with the prefill's. A batch is sent as it is: SGLang 0.5.23
+/// takes one integer start for the whole batch (a list is a 400), and any
+/// one start would be the prompt's end of some prompts only (docs/SPEC.md
+/// section 10). So is a request by `text`: the router has no tokenizer to
+/// count its prompt.
 pub fn sglang_decode_request(mut request: Value) -> Value {
     let start = match request.get("input_ids") {
-        Some(Value::Array(ids)) if ids.first().is_some_and(Value::is_array) => Some(json!(ids
-            .iter()
-            .map(|prompt| prompt.as_array().map_or(0, Vec::len))
-            .collect::<Vec<_>>())),
-        Some(Value::Array(ids)) => Some(json!(ids.len())),
-        _ => None,
+        Some(Value::Array(ids)) if !ids.first().is_some_and(Value::is_array) => ids.len(),
+        _ => return request,
     };
-    if let (Some(start), Some(object)) = (start, request.as_object_mut()) {
-        object.insert("routed_experts_start_len".into(), start);
+    if let Some(object) = request.as_object_mut() {
+        object.insert("routed_experts_start_len".into(), json!(start));
     }
     request
 }

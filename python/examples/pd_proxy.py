@@ -134,18 +134,15 @@ def decode_request(request, prefill, decode_start=True):
 
 def sglang_decode_request(request):
     """The SGLang decode's request: routed_experts_start_len set to the
-    prompt's length (one per prompt of a batch), so that the decode answers
-    only the rows it computes; the prompt rows it would answer otherwise are
-    zeros or stale rows of earlier requests. A request by text is sent as it
-    is (no tokenizer here to count its prompt)."""
+    prompt's length, so that the decode answers only the rows it computes;
+    the prompt rows it would answer otherwise are zeros or stale rows of
+    earlier requests. A batch is sent as it is (SGLang 0.5.23 takes one
+    integer start for the whole batch), and so is a request by text (no
+    tokenizer here to count its prompt)."""
     ids = request.get("input_ids")
-    if not isinstance(ids, list):
+    if not isinstance(ids, list) or (ids and isinstance(ids[0], list)):
         return request
-    if ids and isinstance(ids[0], list):
-        start = [len(prompt) if isinstance(prompt, list) else 0 for prompt in ids]
-    else:
-        start = len(ids)
-    return dict(request, routed_experts_start_len=start)
+    return dict(request, routed_experts_start_len=len(ids))
 
 
 class Proxy:

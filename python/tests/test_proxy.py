@@ -158,8 +158,7 @@ def test_the_vllm_decode_is_sent_the_prompt_start():
 
 def test_the_sglang_decode_is_sent_the_start_len():
     assert pd_proxy.sglang_decode_request({"input_ids": [1, 2, 3]})["routed_experts_start_len"] == 3
-    assert pd_proxy.sglang_decode_request(
-        {"input_ids": [[1, 2], [3, 4, 5, 6]]})["routed_experts_start_len"] == [2, 4]
+    assert "routed_experts_start_len" not in pd_proxy.sglang_decode_request({"input_ids": [[1, 2], [3, 4, 5, 6]]})
     assert "routed_experts_start_len" not in pd_proxy.sglang_decode_request({"text": "6 x 7?"})
 
 

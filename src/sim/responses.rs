@@ -45,7 +45,6 @@ impl Request {
                 .collect()
         };
         let decode_rows = decode_from(self.prompt - 1);
-        let decode_npy_rows = decode_from(0);
 
         // By handle: real files, segments anchored at the end as the writer
         // does: routed experts, float32 weights beside them, and the CSR
@@ -168,11 +167,6 @@ impl Request {
             json!({"data": inline::encode_base64(rows), "shape": [seq, self.shape[0], self.shape[1]],
                    "start": start, "dtype": self.dtype.name()})
         };
-        let npy = |rows: &[u8], seq: u64| -> io::Result<Value> {
-            let file = inline::npy_file(self.dtype, &[seq, self.shape[0], self.shape[1]], rows)
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
-            Ok(Value::String(inline::encode_base64(&file)))
-        };
         // `usage` as an OpenAI-style server reports it: the prompt, and the
         // tokens generated over all choices (the prefill instance generates one).
         let response = |id: &str, choices: Vec<Value>| {
@@ -240,28 +234,32 @@ impl Request {
                 &decode_choices,
             ),
         };
+        // `.npy` as vLLM 0.32 answers it (SPEC section 4a): each choice
+        // with its `token_ids`, its rows ending at `P + N - 1` and starting
+        // where it was asked: the colocated server and the prefill at `S0`,
+        // the decode at `max(P, S0)`, which the router sends it.
+        let npy_choices = |id: &str, from: u64, by_handle: &[Value]| -> io::Result<Value> {
+            let mut response = inline_response(
+                id,
+                (0..if id == "prefill" { 1 } else { self.choices })
+                    .map(|c| self.vllm_npy(c, from, id == "prefill"))
+                    .collect::<io::Result<_>>()?,
+                by_handle,
+            );
+            for (c, choice) in response["choices"]
+                .as_array_mut()
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
+                choice["token_ids"] = json!(self.token_ids(c, id == "prefill"));
+            }
+            Ok(response)
+        };
         let npy_form = Responses {
-            colocated: inline_response(
-                "colocated",
-                colocated_rows
-                    .iter()
-                    .map(|r| npy(r, self.rows()))
-                    .collect::<io::Result<_>>()?,
-                &colocated_choices,
-            ),
-            prefill: inline_response(
-                "prefill",
-                vec![npy(&prompt_rows, self.prompt)?],
-                &prefill_choices,
-            ),
-            decode: inline_response(
-                "decode",
-                decode_npy_rows
-                    .iter()
-                    .map(|r| npy(r, self.rows()))
-                    .collect::<io::Result<_>>()?,
-                &decode_choices,
-            ),
+            colocated: npy_choices("colocated", s0, &colocated_choices)?,
+            prefill: npy_choices("prefill", s0, &prefill_choices)?,
+            decode: npy_choices("decode", p.max(s0), &decode_choices)?,
         };
         let by_handle = Responses {
             colocated: response("colocated", colocated_choices),
@@ -273,6 +271,42 @@ impl Request {
             (Mode::Compact, compact_form),
             (Mode::Npy, npy_form),
         ])
+    }
+}
+
+impl Request {
+    /// The `.npy` rows vLLM 0.32 answers for `choice` asked from `from`
+    /// (clamped to the prompt): the truth of `[from, P + N - 1)`, or of
+    /// `[from, P)` for a prefill, which generates one token.
+    ///
+    /// # Errors
+    ///
+    /// A row shape the `.npy` header cannot hold.
+    pub fn vllm_npy(&self, choice: usize, from: u64, prefill: bool) -> io::Result<Value> {
+        let end = if prefill { self.prompt } else { self.rows() };
+        let from = from.min(self.prompt);
+        let rows: Vec<u8> = (from..end)
+            .flat_map(|x| self.truth_row(choice, x))
+            .collect();
+        let file = inline::npy_file(
+            self.dtype,
+            &[end - from, self.shape[0], self.shape[1]],
+            &rows,
+        )
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+        Ok(Value::String(inline::encode_base64(&file)))
+    }
+
+    /// The tokens `choice` generates (one for a prefill): ids below 512,
+    /// the same first token for every choice, as greedy sampling gives.
+    pub fn token_ids(&self, choice: usize, prefill: bool) -> Vec<u64> {
+        let n = if prefill { 1 } else { self.completion };
+        (0..n)
+            .map(|t| {
+                let who = if t == 0 { 0 } else { choice as u64 + 1 };
+                (self.seed ^ (self.index as u64 * 31 + who * 97 + t * 13)) % 512
+            })
+            .collect()
     }
 }
 

@@ -321,6 +321,43 @@ async fn without_stitching_the_answers_are_not_the_truth() {
     }
 }
 
+/// A router that does not send the vLLM decode its start takes it down: the
+/// `.npy` decode mock answers as vLLM 0.32's (SPEC 4a, V-F3), a 500 on the
+/// first prompt longer than one KV block, and 503 on everything after it;
+/// the router turns both into 502s. With the start (the default), every
+/// request is the colocated truth (`stitched_answers_equal_...`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_router_without_the_decode_start_takes_the_vllm_decode_down() {
+    let setup = Setup::start(
+        "no-decode-start",
+        Options {
+            forms: Forms::One(Mode::Npy),
+            decode_start: false,
+            ..Options::default()
+        },
+    )
+    .await;
+    let long = (0..)
+        .find(|&i| Request::draw(SEED, i).prompt > 2 * 32)
+        .expect("a long prompt");
+    let short = (0..)
+        .find(|&i| Request::draw(SEED, i).prompt <= 32)
+        .expect("a short prompt");
+    // A prompt within one block loads no KV: any start is computed there.
+    let (status, response) = setup.post(&body(short)).await;
+    assert_eq!(status, StatusCode::OK, "{response}");
+    setup.check_truth(short, &response).expect("the truth");
+    let (status, response) = setup.post(&body(long)).await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{response}");
+    assert!(
+        message(&response).contains("BlockObjectStoreError"),
+        "{response}"
+    );
+    let (status, response) = setup.post(&body(short)).await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "down for good: {response}");
+    assert!(message(&response).contains("503"), "{response}");
+}
+
 /// The events of an SSE body (as `pd_stitch::testing::stream::events` reads
 /// them): each one's data, and the merged response the rows events' choices
 /// make (their `index` and `finish_reason` left out, as the non-streaming
@@ -330,10 +367,28 @@ fn streamed(bytes: &[u8]) -> (Vec<Vec<u8>>, Value) {
     assert!(loose.is_empty(), "bytes outside events: {loose:?}");
     let mut choices = Vec::new();
     let mut data = Vec::new();
+    // A choice's tokens, summed over its events, and the usage event: what
+    // places a vLLM `.npy` in the answer the stream makes (SPEC 4a).
+    let mut tokens: Vec<Vec<Value>> = Vec::new();
+    let mut usage = Value::Null;
     for event in events {
         let text = event.data.expect("every event has data");
         if let Ok(value) = serde_json::from_slice::<Value>(&text) {
+            if !value["usage"].is_null() {
+                usage = value["usage"].clone();
+            }
             for choice in value["choices"].as_array().into_iter().flatten() {
+                let index = choice["index"].as_u64().unwrap_or(0) as usize;
+                if tokens.len() <= index {
+                    tokens.resize(index + 1, Vec::new());
+                }
+                tokens[index].extend(
+                    choice["token_ids"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .cloned(),
+                );
                 // Rows: inline, or a payload segment of a stitched field (a
                 // payload of sampling masks alone carries none).
                 let stitched = choice["payload"].as_array().is_some_and(|p| {
@@ -347,7 +402,6 @@ fn streamed(bytes: &[u8]) -> (Vec<Vec<u8>>, Value) {
                 if rows {
                     let mut choice = choice.clone();
                     let object = choice.as_object_mut().expect("a choice is an object");
-                    object.remove("index");
                     object.remove("finish_reason");
                     choices.push(choice);
                 }
@@ -355,7 +409,14 @@ fn streamed(bytes: &[u8]) -> (Vec<Vec<u8>>, Value) {
         }
         data.push(text);
     }
-    (data, json!({"choices": choices}))
+    for choice in &mut choices {
+        let object = choice.as_object_mut().expect("a choice is an object");
+        let index = object.remove("index").and_then(|i| i.as_u64()).unwrap_or(0) as usize;
+        if object.get("token_ids").is_some_and(Value::is_array) {
+            object.insert("token_ids".into(), json!(tokens[index]));
+        }
+    }
+    (data, json!({"choices": choices, "usage": usage}))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -759,8 +820,9 @@ fn the_vllm_decode_is_sent_the_prompt_start() {
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
 }
 
-/// The SGLang decode is asked for the rows from the prompt's end on, per
-/// prompt of a batch; a request by text is sent as it is.
+/// The SGLang decode is asked for the rows from the prompt's end on; a
+/// batch (one start for all its prompts, in SGLang 0.5.23) and a request by
+/// text are sent as they are.
 #[test]
 fn the_sglang_decode_is_sent_the_start_len() {
     let cases = [
@@ -769,9 +831,10 @@ fn the_sglang_decode_is_sent_the_start_len() {
             json!({"input_ids": [1, 2, 3], "routed_experts_start_len": 1}),
             Some(json!(3)),
         ),
+        (json!({"input_ids": [[1, 2], [3, 4, 5, 6]]}), None),
         (
-            json!({"input_ids": [[1, 2], [3, 4, 5, 6]]}),
-            Some(json!([2, 4])),
+            json!({"input_ids": [[1, 2], [3, 4, 5, 6]], "routed_experts_start_len": 1}),
+            Some(json!(1)),
         ),
         (json!({"text": "6 x 7?"}), None),
     ];

@@ -501,3 +501,54 @@ fn the_engines_answers_read_at_their_positions() {
         assert_eq!(end - start, count, "{path}");
     }
 }
+
+/// The simulator's `.npy` form, which the mock backends serve, answers as
+/// the engine does (held against the saved answers, not against itself):
+/// the same members place the rows (`usage.prompt_tokens`, each choice's
+/// `token_ids`, `routed_experts` a `.npy` string), and each role's rows
+/// cover what the engine's cover for the same counts: the colocated server
+/// and the prefill from `S0`, the decode from the prompt's end, every one
+/// ending at `P + N - 1` (the prefill's N being 1).
+#[test]
+fn the_simulator_answers_as_the_engine_does() {
+    use pd_stitch::gather::{gather_from, Store};
+    use pd_stitch::sim::{Mode, Request};
+    // (start relative to the prompt's end, whether the rows reach P + N - 1)
+    // of each role, read off one of the engine's answers and one of the
+    // simulator's.
+    let shape = |response: &Value| -> (i64, u64, u64) {
+        let rows = gather_from(response, 0, "routed_experts", &Store::memory()).expect("reads");
+        let prompt = response["usage"]["prompt_tokens"].as_u64().unwrap();
+        let n = response["choices"][0]["token_ids"].as_array().unwrap().len() as u64;
+        let end = rows.positions().end();
+        (
+            rows.positions().start() as i64 - prompt as i64,
+            end - (prompt + n - 1),
+            response["choices"][0]["routed_experts"].is_string() as u64,
+        )
+    };
+    let engine = [
+        shape(&fixture_json("p45/colocated.json")),
+        shape(&fixture_json("p45/prefill.json")),
+        shape(&fixture_json("p45/decode.json")),
+    ];
+    assert_eq!(engine, [(-45, 0, 1), (-45, 0, 1), (0, 0, 1)]);
+    let mut seen = 0;
+    for index in 0..40 {
+        let request = Request::draw(5, index);
+        let forms = request.write(&mut Store::memory()).expect("writes");
+        let (_, npy) = forms
+            .into_iter()
+            .find(|(mode, _)| *mode == Mode::Npy)
+            .expect("an npy form");
+        let p = request.prompt as i64;
+        let sim = [
+            shape(&npy.colocated),
+            shape(&npy.prefill),
+            shape(&npy.decode),
+        ];
+        assert_eq!(sim, [(-p, 0, 1), (-p, 0, 1), (0, 0, 1)], "request {index}");
+        seen += 1;
+    }
+    assert_eq!(seen, 40);
+}
