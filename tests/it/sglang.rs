@@ -732,3 +732,66 @@ fn sglang_and_inline_rows_are_one_atomic_step() {
     let (kind, _, _) = fails(&stitcher(), &prefill, &decode);
     assert_eq!(kind, ErrorKind::Positions);
 }
+
+// ----------------------------------------------------------------------------
+// The real engine's answers (tests/fixtures/engines/sglang, saved from SGLang
+// 0.5.23 on the CPU by tests/engines/sglang/run.sh).
+// ----------------------------------------------------------------------------
+
+fn engine_fixture(name: &str) -> Value {
+    let at = format!(
+        "{}/tests/fixtures/engines/sglang/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    serde_json::from_slice(&std::fs::read(&at).unwrap_or_else(|e| panic!("{at}: {e}")))
+        .expect("JSON")
+}
+
+/// The engine's pairs stitch to its colocated rows, with the model's row
+/// shape (3 x 2) and without: a full-length decode on a fresh server (its
+/// prompt rows zeros), one after its pool wrapped (stale rows), one sent
+/// the prompt's start, and a batch; the decode's own rows are not the
+/// colocated ones wherever it answered its prompt (SPEC F10).
+#[test]
+fn the_engines_pairs_stitch_to_its_colocated_rows() {
+    let cases = [
+        (
+            "prefill.json",
+            "decode_full_length_fresh.json",
+            "colocated.json",
+        ),
+        (
+            "decode_full_length_after_wrap_prefill.json",
+            "decode_full_length_after_wrap.json",
+            "colocated.json",
+        ),
+        ("prefill.json", "decode_from_prompt.json", "colocated.json"),
+        (
+            "batch_prefill.json",
+            "batch_decode.json",
+            "batch_colocated.json",
+        ),
+    ];
+    for stitcher in [Stitcher::new().row_shape(3, 2), Stitcher::new()] {
+        for (prefill, decode, colocated) in cases {
+            let colocated = engine_fixture(colocated);
+            let decode_json = engine_fixture(decode);
+            let items = |v: &Value| match v {
+                Value::Array(items) => items.clone(),
+                other => vec![other.clone()],
+            };
+            let merged = merge_both(&stitcher, &engine_fixture(prefill), &decode_json)
+                .unwrap_or_else(|e| panic!("{decode}: {e}"));
+            for ((got, want), own) in items(&merged)
+                .iter()
+                .zip(items(&colocated))
+                .zip(items(&decode_json))
+            {
+                let rows = |v: &Value| unb64(v["meta_info"]["routed_experts"].as_str().unwrap());
+                assert_eq!(rows(got), rows(&want), "{decode}");
+                assert_ne!(rows(&own), rows(&want), "{decode}: the check can fail");
+                assert_eq!(got["output_ids"], want["output_ids"], "{decode}");
+            }
+        }
+    }
+}
