@@ -252,9 +252,18 @@ fn write_stream(case: &Case, framing: &Framing, seed: u64) -> (Vec<u8>, Vec<u8>,
         .cloned()
         .unwrap_or_default();
     for (i, choice) in choices.iter().enumerate() {
+        // A choice that says its tokens (vLLM 0.32's `.npy`) keeps them all
+        // on its rows event, with the prompt's count beside them, and its
+        // token events carry none: so that event's data merges on its own
+        // (SL2), and the stream's count of the choice's tokens, which the
+        // stitcher places the rows by, is the same. The engine's own
+        // streams (deltas, no usage) are stitched in
+        // `tests/it/vllm.rs` (SPEC section 11, "Counts").
+        let counted = choice.get("token_ids").is_some_and(Value::is_array);
         for t in 0..draw.below(framing.tokens + 1) {
+            let delta = if counted { json!([]) } else { json!([t]) };
             let token = json!({"request_id": "r", "choices": [
-                {"index": i, "token_ids": [t], "text": "é\u{2028}\"", "finish_reason": null}]});
+                {"index": i, "token_ids": delta, "text": "é\u{2028}\"", "finish_reason": null}]});
             write_event(&mut stream, &token, framing, &mut draw);
             events += 1;
         }
@@ -263,7 +272,10 @@ fn write_stream(case: &Case, framing: &Framing, seed: u64) -> (Vec<u8>, Vec<u8>,
             object.insert("index".into(), json!(i));
             object.insert("finish_reason".into(), json!("length"));
         }
-        let rows = json!({"request_id": "r", "choices": [choice]});
+        let mut rows = json!({"request_id": "r", "choices": [choice]});
+        if counted {
+            rows["usage"] = json!({"prompt_tokens": case.decode["usage"]["prompt_tokens"]});
+        }
         write_event(&mut stream, &rows, framing, &mut draw);
         rows_events.push(events);
         events += 1;

@@ -289,6 +289,13 @@ fn compare_shows_a_cut_one_early_as_the_last_prompt_position_in_every_layer() {
         pd_stitch::merge_routed_experts_for_pd(&cut_one_early(p), d)
     };
     for (request, mode, report) in compare_run("compare-early", 16, &broken) {
+        if mode == Mode::Npy {
+            // vLLM 0.32's decode answers from the prompt's end (SPEC 4a):
+            // it holds no row of its own for the last prompt position to be
+            // taken by a cut one early; the prefill's rows one short are
+            // placed by its counts one position late instead.
+            continue;
+        }
         let tag = format!("request {} {mode:?}", request.index);
         let (rows, last) = (request.rows(), request.prompt - 1);
         let layers = request.shape[0] as usize;

@@ -737,7 +737,7 @@ fn has_rows(event: &pd_stitch::testing::stream::Event) -> bool {
 
 #[test]
 fn the_generated_streams_hold_every_framing_case_and_not_always() {
-    let cases = drawn(Framing::default(), 200);
+    let cases = drawn(Framing::default(), 400);
     let share = |what: &str, test: &dyn Fn(&StreamCase) -> bool| {
         let n = cases.iter().filter(|c| test(c)).count();
         assert!(0 < n && n < cases.len(), "{what}: {n} of {}", cases.len());

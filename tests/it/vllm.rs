@@ -519,7 +519,10 @@ fn the_simulator_answers_as_the_engine_does() {
     let shape = |response: &Value| -> (i64, u64, u64) {
         let rows = gather_from(response, 0, "routed_experts", &Store::memory()).expect("reads");
         let prompt = response["usage"]["prompt_tokens"].as_u64().unwrap();
-        let n = response["choices"][0]["token_ids"].as_array().unwrap().len() as u64;
+        let n = response["choices"][0]["token_ids"]
+            .as_array()
+            .unwrap()
+            .len() as u64;
         let end = rows.positions().end();
         (
             rows.positions().start() as i64 - prompt as i64,
