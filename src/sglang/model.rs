@@ -80,11 +80,16 @@ impl Draw {
 
     /// The true ids of position `x`.
     pub fn truth_row(&self, shape: Shape, x: u64) -> Vec<i32> {
-        (0..shape.width())
-            .map(|k| {
-                let id = mix(self.seed ^ mix(x << 24 ^ k)) % shape.experts.max(1);
-                i32::try_from(id).unwrap_or(0)
-            })
+        // Distinct in each layer, as a router's top-k is: the k-th draw of
+        // the position's stream.
+        let mut k = 0u64;
+        let draw = || {
+            k += 1;
+            mix(self.seed ^ mix(x << 24 ^ k))
+        };
+        crate::sim::rng::top_k_row(shape.layers, shape.top_k, shape.experts, draw)
+            .into_iter()
+            .map(|id| i32::try_from(id).unwrap_or(0))
             .collect()
     }
 

@@ -4,7 +4,7 @@
 
 use crate::algebra::Dtype;
 
-use super::rng::{mix, splits, Rng};
+use super::rng::{mix, splits, top_k_row, Rng};
 
 /// One simulated request, drawn from a seed and an index.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -141,10 +141,10 @@ impl Request {
             choice as u64 + 1
         };
         let mut rng = Rng(mix(self.seed ^ mix(who << 40 ^ position)));
-        let n = self.shape[0] * self.shape[1];
-        (0..n)
-            .flat_map(|_| {
-                let id = rng.next() % self.experts;
+        // Distinct in each layer, as a router's top-k is.
+        top_k_row(self.shape[0], self.shape[1], self.experts, || rng.next())
+            .into_iter()
+            .flat_map(|id| {
                 id.to_le_bytes()
                     .into_iter()
                     .take(self.dtype.itemsize() as usize)
@@ -252,6 +252,10 @@ mod tests {
                 let t = ids(&r, &truth);
                 assert_eq!(t.len(), elements);
                 assert!(t.iter().all(|&id| id < r.experts));
+                for layer in t.chunks(r.shape[1] as usize) {
+                    let set: std::collections::BTreeSet<_> = layer.iter().collect();
+                    assert_eq!(set.len(), layer.len(), "an expert twice at {x}: {layer:?}");
+                }
                 wide |= t.iter().any(|&id| id > 255);
                 let wrong = ids(&r, &r.wrong_row(0, x));
                 for (a, b) in t.iter().zip(&wrong) {

@@ -34,6 +34,33 @@ pub(super) fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// A row of `layers` x `top_k` expert ids below `experts`, as a router's
+/// top-k gives them: distinct within each layer (an id `draw` gives that the
+/// layer already holds is drawn again; when `experts < top_k` cannot allow
+/// that, ids repeat). The rows check (`gather::check_rows`) refuses a layer
+/// that names an expert twice, so the simulators draw none.
+pub(crate) fn top_k_row(
+    layers: u64,
+    top_k: u64,
+    experts: u64,
+    mut draw: impl FnMut() -> u64,
+) -> Vec<u64> {
+    let experts = experts.max(1);
+    let distinct = top_k <= experts;
+    let mut row = Vec::with_capacity(usize::try_from(layers * top_k).unwrap_or(0));
+    for _ in 0..layers {
+        let from = row.len();
+        for _ in 0..top_k {
+            let mut id = draw() % experts;
+            while distinct && row[from..].contains(&id) {
+                id = draw() % experts;
+            }
+            row.push(id);
+        }
+    }
+    row
+}
+
 /// Up to `most` distinct split points strictly inside `(0, len)`, sorted.
 pub(super) fn splits(rng: &mut Rng, len: u64, most: u64) -> Vec<u64> {
     if len < 2 {
@@ -52,6 +79,30 @@ pub(super) fn splits(rng: &mut Rng, len: u64, most: u64) -> Vec<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Rows of top-k ids are distinct in each layer, below the expert
+    /// count, and spread over it; with fewer experts than top_k, ids repeat
+    /// rather than loop forever.
+    #[test]
+    fn top_k_rows_are_distinct_in_each_layer() {
+        let mut rng = Rng(7);
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..200 {
+            let row = top_k_row(6, 8, 16, || rng.next());
+            assert_eq!(row.len(), 48);
+            for layer in row.chunks(8) {
+                let set: std::collections::BTreeSet<_> = layer.iter().collect();
+                assert_eq!(set.len(), 8, "{layer:?}");
+                assert!(layer.iter().all(|&id| id < 16));
+            }
+            seen.extend(row);
+        }
+        assert_eq!(seen.len(), 16);
+        let mut rng = Rng(7);
+        let tight = top_k_row(2, 4, 2, || rng.next());
+        assert_eq!(tight.len(), 8);
+        assert!(tight.iter().all(|&id| id < 2));
+    }
 
     /// SplitMix64 (Steele, Lea and Flood; Vigna's `splitmix64.c`): the first
     /// outputs from state 0, and from state 1234567 as in the reference's
