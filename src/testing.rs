@@ -13,8 +13,11 @@
 //!   every choice's rows, gathered back, equal the truth bitwise, the
 //!   prefill's segments come first and unchanged, other payload items pass
 //!   through, and segments come in position order (a trainer concatenates
-//!   them in payload order). A failure names the choice, the first wrong
-//!   position, the segment it came from, and what was expected;
+//!   them in payload order); a row no engine produces (an expert twice in a
+//!   layer, an id past the model's experts, a row of zeros: the rows
+//!   check, [`crate::gather::check_rows`]) is named as such. A failure
+//!   names the choice, the first wrong position, the segment it came from,
+//!   and what was expected;
 //! - [`fixture`]: committed response pairs (the seed example and error cases);
 //! - [`sglang`]: the same for SGLang's rows (`meta_info`, `sglext`,
 //!   `sgl_ext`), both decode conventions, prefix omission and batch arrays;
@@ -47,7 +50,10 @@ use serde_json::{json, Value};
 
 use crate::algebra::Dtype;
 use crate::fields::{DEFAULT_FIELDS, ROUTED_EXPERTS};
-use crate::gather::{gather_from, read_choice_field, Store};
+use crate::gather::{
+    check_gathered, gather_from, read_choice_field, Gathered, RowFinding, RowsCheck, RowsReport,
+    Store,
+};
 use crate::reading::{FieldTable, Reading};
 use crate::sim::{Mode, Request};
 
@@ -305,6 +311,17 @@ fn verify_case(case: &Case, merged: &Value) -> Result<(), Mismatch> {
         let store = &case.store;
         let rows = gather_from(merged, c, ROUTED_EXPERTS, store)
             .map_err(|e| mismatch(c, format!("rows cannot be read back: {e}")))?;
+        // Rows no engine produces, named as what they are before they are
+        // held against the truth.
+        let experts = RowsCheck::experts(Some(case.request.experts));
+        if let Some(finding) = first_finding(c, &rows, experts) {
+            return Err(Mismatch {
+                choice: c,
+                position: Some(finding.position),
+                segment: Some(source_of(case, choice, finding.position)),
+                message: wrong_row(&finding),
+            });
+        }
         let all = case.truth(c);
         let row = all.len() / usize::try_from(case.request.rows()).unwrap_or(1).max(1);
         // Where the rows start: the omitted prefix, except in the npy form,
@@ -373,6 +390,22 @@ fn verify_case(case: &Case, merged: &Value) -> Result<(), Mismatch> {
         }
     }
     Ok(())
+}
+
+/// The first row of `rows` no engine produces, if any (rows that cannot be
+/// checked, of floats, say nothing here: the truth judges them).
+fn first_finding(choice: usize, rows: &Gathered, check: RowsCheck) -> Option<RowFinding> {
+    let mut report = RowsReport::new();
+    check_gathered(choice, rows, RowsCheck { limit: 1, ..check }, &mut report).ok()?;
+    report.findings.into_iter().next()
+}
+
+/// A [`Mismatch`] message for a row no engine produces.
+pub(crate) fn wrong_row(finding: &RowFinding) -> String {
+    let layer = finding
+        .layer
+        .map_or_else(String::new, |l| format!(" (layer {l})"));
+    format!("a row no engine produces{layer}: {}", finding.what())
 }
 
 /// A reading in a few words.

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use pd_stitch::gather::{self, Store};
+use pd_stitch::gather::{self, RowsCheck, Store};
 
 use super::progress::Progress;
 use super::{confined, read_json};
@@ -27,6 +27,13 @@ pub struct CheckArgs {
     /// coverage can be checked.
     #[arg(long, value_name = "LxK", value_parser = super::row_shape)]
     row_shape: Option<(u64, u64)>,
+    /// The model's expert count: ids at or beyond it are wrong rows.
+    #[arg(long, value_name = "N")]
+    experts: Option<u64>,
+    /// The model's config.json, for its expert count (num_experts,
+    /// n_routed_experts or num_local_experts) when --experts is not given.
+    #[arg(long, value_name = "config.json")]
+    config: Option<PathBuf>,
 }
 
 /// One response as it always was; several one after the other, each under a
@@ -34,19 +41,35 @@ pub struct CheckArgs {
 /// be read (said on stderr, and the others still checked).
 pub fn run(args: CheckArgs, quiet: bool) -> Result<ExitCode, String> {
     let store = confined(&args.root, &args.allow)?;
-    check(&args.responses, &store, args.row_shape, quiet)
+    let rows = RowsCheck::experts(super::experts(args.experts, args.config.as_deref())?);
+    check(&args.responses, &store, args.row_shape, rows, quiet)
+}
+
+/// The layout report of one response, and the rows check of its rows (the
+/// choices the layout check found unreadable are its to report).
+fn check_one(
+    value: &serde_json::Value,
+    store: &Store,
+    row_shape: Option<(u64, u64)>,
+    rows: RowsCheck,
+) -> (String, bool) {
+    let report = gather::check_with(value, store, row_shape);
+    let findings = gather::check_response_rows(value, store, row_shape, rows);
+    let text = format!("{report}{}", super::rows_problems(&findings, ""));
+    (text, report.is_ok() && findings.is_clean())
 }
 
 fn check(
     responses: &[PathBuf],
     store: &Store,
     row_shape: Option<(u64, u64)>,
+    rows: RowsCheck,
     quiet: bool,
 ) -> Result<ExitCode, String> {
     if let [response] = responses {
-        let report = gather::check_with(&read_json(response)?, store, row_shape);
+        let (report, ok) = check_one(&read_json(response)?, store, row_shape, rows);
         print!("{report}");
-        return Ok(if report.is_ok() {
+        return Ok(if ok {
             ExitCode::SUCCESS
         } else {
             ExitCode::FAILURE
@@ -58,13 +81,9 @@ fn check(
         progress.set(done);
         match read_json(response) {
             Ok(value) => {
-                let report = gather::check_with(&value, store, row_shape);
-                all_ok &= report.is_ok();
-                progress.say(&format!(
-                    "== {}\n{}",
-                    response.display(),
-                    report.to_string().trim_end()
-                ));
+                let (report, ok) = check_one(&value, store, row_shape, rows);
+                all_ok &= ok;
+                progress.say(&format!("== {}\n{}", response.display(), report.trim_end()));
             }
             Err(message) => {
                 all_ok = false;

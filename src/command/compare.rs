@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use pd_stitch::compare;
-use pd_stitch::gather;
+use pd_stitch::gather::{self, RowsCheck, RowsReport};
 use pd_stitch::ROUTED_EXPERTS;
 use serde_json::Value;
 
@@ -56,6 +56,14 @@ pub struct CompareArgs {
     /// Write a heatmap of positions by layers here.
     #[arg(long, value_name = "OUT.svg")]
     svg: Option<PathBuf>,
+    /// The model's expert count, for the rows check of each side (ids at
+    /// or beyond it are wrong rows).
+    #[arg(long, value_name = "N")]
+    experts: Option<u64>,
+    /// The model's config.json, for its expert count when --experts is not
+    /// given.
+    #[arg(long, value_name = "config.json")]
+    config: Option<PathBuf>,
 }
 
 pub fn run(args: CompareArgs, quiet: bool) -> Result<ExitCode, String> {
@@ -72,23 +80,36 @@ pub fn run(args: CompareArgs, quiet: bool) -> Result<ExitCode, String> {
         row_shape,
         json,
         svg,
+        experts,
+        config,
     } = args;
-    let options = compare::Options {
-        choice,
-        field,
-        prompt_len,
-        row_shape,
-        ..compare::Options::default()
+    let rows = match super::experts(experts, config.as_deref()) {
+        Ok(experts) => RowsCheck::experts(experts),
+        Err(message) => {
+            eprintln!("error: {message}");
+            return Ok(ExitCode::from(COMPARE_ERROR));
+        }
     };
+    let check = Check {
+        options: compare::Options {
+            choice,
+            field,
+            prompt_len,
+            row_shape,
+            ..compare::Options::default()
+        },
+        rows,
+    };
+    let options = &check;
     let stores = (|| Ok::<_, String>([store(&root_a, &allow)?, store(&root_b, &allow)?]))();
     let code = match (stores, dirs, a, b) {
         (Err(message), ..) => {
             eprintln!("error: {message}");
             COMPARE_ERROR
         }
-        (Ok(stores), Some(dirs), _, _) => compare_dirs(&dirs, &stores, &options, json, quiet),
+        (Ok(stores), Some(dirs), _, _) => compare_dirs(&dirs, &stores, options, json, quiet),
         (Ok(stores), None, Some(a), Some(b)) => {
-            compare_files(&a, &b, &stores, &options, json, svg.as_deref())
+            compare_files(&a, &b, &stores, options, json, svg.as_deref())
         }
         // clap requires A and B without --dirs.
         (Ok(_), None, _, _) => COMPARE_ERROR,
@@ -105,32 +126,66 @@ fn store(root: &Path, allow: &[PathBuf]) -> Result<gather::Store, String> {
     confined(root, allow)
 }
 
+/// What to compare, and the rows check run on each side.
+struct Check {
+    options: compare::Options,
+    rows: RowsCheck,
+}
+
+/// The comparison of two responses, and the rows check of each side.
+struct Compared {
+    report: compare::Report,
+    rows: [RowsReport; 2],
+}
+
+impl Compared {
+    /// Equal, and no side holds rows no engine produces.
+    fn all_good(&self) -> bool {
+        self.report.all_equal() && self.rows.iter().all(RowsReport::is_clean)
+    }
+
+    /// The JSON report, with `rows_check: {"a", "b"}` beside it.
+    fn to_json(&self) -> Value {
+        let mut json = self.report.to_json();
+        json["rows_check"] =
+            serde_json::json!({"a": self.rows[0].to_json(), "b": self.rows[1].to_json()});
+        json["all_equal"] = Value::Bool(self.all_good());
+        json
+    }
+}
+
 /// The comparison of two response files.
 fn compare_pair(
     a: &Path,
     b: &Path,
     stores: &[gather::Store; 2],
-    options: &compare::Options,
-) -> Result<compare::Report, String> {
+    check: &Check,
+) -> Result<Compared, String> {
     let (va, vb) = (read_json(a)?, read_json(b)?);
-    compare::compare(&va, &stores[0], &vb, &stores[1], options).map_err(|e| e.to_string())
+    let report = compare::compare(&va, &stores[0], &vb, &stores[1], &check.options)
+        .map_err(|e| e.to_string())?;
+    let row_shape = check.options.row_shape;
+    let rows = [(&va, &stores[0]), (&vb, &stores[1])]
+        .map(|(v, store)| gather::check_response_rows(v, store, row_shape, check.rows));
+    Ok(Compared { report, rows })
 }
 
 fn compare_files(
     a: &Path,
     b: &Path,
     stores: &[gather::Store; 2],
-    options: &compare::Options,
+    check: &Check,
     json: bool,
     svg: Option<&Path>,
 ) -> u8 {
-    let report = match compare_pair(a, b, stores, options) {
-        Ok(report) => report,
+    let compared = match compare_pair(a, b, stores, check) {
+        Ok(compared) => compared,
         Err(message) => {
             eprintln!("error: {message}");
             return COMPARE_ERROR;
         }
     };
+    let report = &compared.report;
     if let Some(out) = svg {
         if let Err(e) = fs::write(out, report.to_svg()) {
             eprintln!("error: {}: {e}", out.display());
@@ -138,12 +193,18 @@ fn compare_files(
         }
     }
     if json {
-        println!("{}", report.to_json());
+        println!("{}", compared.to_json());
     } else {
         println!("A: {}\nB: {}", a.display(), b.display());
         println!("{report}");
+        for (side, rows) in ["A", "B"].iter().zip(&compared.rows) {
+            if !rows.is_clean() {
+                println!("rows check of {side}: {}", rows.summary());
+                print!("{}", super::rows_problems(rows, &format!("{side}: ")));
+            }
+        }
     }
-    u8::from(!report.all_equal())
+    u8::from(!compared.all_good())
 }
 
 /// The `.json` files of `dir`, by name.
@@ -166,7 +227,7 @@ fn json_files(dir: &Path) -> Result<Vec<String>, String> {
 fn compare_dirs(
     dirs: &[PathBuf],
     stores: &[gather::Store; 2],
-    options: &compare::Options,
+    check: &Check,
     json: bool,
     quiet: bool,
 ) -> u8 {
@@ -214,15 +275,20 @@ fn compare_dirs(
             }
             continue;
         }
-        match compare_pair(&dir_a.join(name), &dir_b.join(name), stores, options) {
-            Ok(report) => {
-                let file = Totals::of(&report);
+        match compare_pair(&dir_a.join(name), &dir_b.join(name), stores, check) {
+            Ok(compared) => {
+                let file = Totals::of(&compared.report);
                 totals.add(file);
-                let same = report.all_equal();
+                let same = compared.all_good();
                 equal_files += usize::from(same);
                 worst = worst.max(u8::from(!same));
+                let status = match (compared.report.all_equal(), same) {
+                    (_, true) => "equal",
+                    (true, false) => "WRONG ROWS",
+                    (false, false) => "DIFFERENT",
+                };
                 if json {
-                    let mut entry = report.to_json();
+                    let mut entry = compared.to_json();
                     entry["file"] = Value::String((*name).clone());
                     entries.push(entry);
                 } else {
@@ -232,7 +298,7 @@ fn compare_dirs(
                         fraction(file.equal_rows, file.compared),
                         fraction(file.equal_sets, file.compared),
                         file.one_side_only,
-                        if same { "equal" } else { "DIFFERENT" }
+                        status
                     ));
                 }
             }

@@ -25,6 +25,9 @@
 //! - `check.rs`: [`check`], [`check_from`] and [`check_with`] (SGLang's rows
 //!   too), checking a layout;
 //! - `report.rs`: [`CheckReport`] and [`FieldReport`], what `check` found;
+//! - `sanity.rs`: [`check_rows`] and [`check_response_rows`], the rows check:
+//!   rows no engine should produce (an expert twice in a layer, an id out of
+//!   range, a row of zeros);
 //! - `error.rs`: [`GatherError`].
 
 mod check;
@@ -32,6 +35,7 @@ mod error;
 mod field;
 mod read;
 mod report;
+mod sanity;
 mod store;
 
 pub use check::{check, check_from, check_with};
@@ -40,6 +44,10 @@ pub use field::{read_choice_field, read_field};
 pub(crate) use read::coverage;
 pub use read::{gather, gather_from, gather_runs_from, gather_sglang, Gathered, Source};
 pub use report::{CheckReport, FieldReport};
+pub use sanity::{
+    check_gathered, check_response_rows, check_rows, RowFinding, RowProblem, RowsCheck,
+    RowsCheckError, RowsReport,
+};
 pub use store::{Confinement, Store};
 
 #[cfg(test)]

@@ -24,7 +24,8 @@ use proptest::prelude::*;
 use serde_json::Value;
 
 use super::{Mismatch, Verify};
-use crate::algebra::Convention;
+use crate::algebra::{Convention, Dtype};
+use crate::gather::{check_rows, RowsCheck, RowsReport};
 use crate::sglang::model::responses;
 pub use crate::sglang::model::{encode_ids, Api, Draw, Shape};
 
@@ -204,6 +205,20 @@ impl Verify for Case {
                         rows.positions
                     ),
                 ));
+            }
+            let bytes: Vec<u8> = rows.ids.iter().flat_map(|id| id.to_le_bytes()).collect();
+            let mut found = RowsReport::new();
+            let check = RowsCheck {
+                experts: Some(self.shape.experts),
+                limit: 1,
+            };
+            let shape = [layers, top_k];
+            let start_at = rows.positions.start();
+            // Whole rows of int32 (read_rows made them): the check applies.
+            if check_rows(i, start_at, Dtype::Int32, &shape, &bytes, check, &mut found).is_ok() {
+                if let Some(finding) = found.findings.first() {
+                    return Err(fail(i, Some(finding.position), super::wrong_row(finding)));
+                }
             }
             let truth = draw.colocated(self.shape);
             let wrong = rows

@@ -31,6 +31,8 @@ mod resources;
 mod router_http;
 #[cfg(feature = "testing")]
 mod router_testing;
+#[cfg(feature = "verify")]
+mod rows_check;
 mod rules;
 mod sglang;
 #[cfg(feature = "cli")]
