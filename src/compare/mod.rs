@@ -20,12 +20,15 @@
 //!   than an error; [`CompareError`] when a side cannot be read), and the
 //!   walk over positions;
 //! - `report.rs`: the typed [`Report`], its text and its JSON;
+//! - `classify.rs`: [`classify`], what a choice's differences look like
+//!   (boundary, whole rows, scattered, missing, diverged tokens);
 //! - `svg.rs`: the heatmap of positions by layers ([`Report::to_svg`]);
 //! - `values.rs`: elements as comparable values, rows as JSON.
 //!
 //! Like `gather`, it reads files only through the [`Store`] it is given for
 //! each side, so it is confined exactly as that store is.
 
+mod classify;
 mod report;
 mod svg;
 mod values;
@@ -39,6 +42,7 @@ use crate::gather::{
 };
 use crate::reading::{FieldTable, Fill, Layout, Reading};
 
+pub use classify::{classify, Classes};
 pub use report::{Cell, Cells, ChoiceReport, Difference, PromptLen, PromptSource, Region, Report};
 
 /// What to compare.
