@@ -1,4 +1,5 @@
-//! `pd-stitch`: merge, check, gather and compare P/D responses, simulate a
+//! `pd-stitch`: merge, check, gather and compare P/D responses, probe live
+//! endpoints, simulate a
 //! P/D deployment to show the stitched rows are right, and print shell
 //! completions.
 //!
@@ -52,6 +53,16 @@ enum Command {
         after_help = "Example:\n  pd-stitch compare merged.json examples/seed/decode.json --root-a examples/seed --root-b examples/seed --svg map.svg"
     )]
     Compare(command::compare::CompareArgs),
+    /// Send the same requests to a colocated server and to a P/D deployment
+    /// (its router), and compare the answers' tokens and rows position by
+    /// position: each difference classified (boundary, whole rows,
+    /// scattered, missing, diverged tokens), each side's rows checked for
+    /// rows no engine produces. Exit status 0 when all equal, 1 on a
+    /// difference or a wrong row, 2 when a request failed.
+    #[command(
+        after_help = "Example:\n  pd-stitch probe --colocated http://127.0.0.1:8000 --pd http://127.0.0.1:8010 --requests 80 --turns 2 --concurrency 10 --stream both"
+    )]
+    Probe(command::probe::ProbeArgs),
     /// Print the shell completion script of pd-stitch on stdout.
     #[command(
         after_help = "Example:\n  pd-stitch completions bash > ~/.local/share/bash-completion/completions/pd-stitch"
@@ -80,6 +91,7 @@ fn run(command: Command, quiet: bool) -> Result<ExitCode, String> {
         Command::Check(args) => command::check::run(args, quiet),
         Command::Gather(args) => command::gather::run(args),
         Command::Compare(args) => command::compare::run(args, quiet),
+        Command::Probe(args) => command::probe::run(args, quiet),
         Command::Completions(args) => command::completions::run(args),
         Command::Simulate(args) => command::simulate::run(args, quiet),
     }

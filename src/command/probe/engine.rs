@@ -1,0 +1,443 @@
+//! What `probe` sends each engine and how it reads the answers: vLLM's
+//! `POST /inference/v1/generate` (`token_ids`; a choice's tokens in
+//! `choices[i].token_ids`, its rows in `routed_experts` or `payload`) and
+//! SGLang's `POST /generate` (`input_ids`, `return_routed_experts`; the
+//! tokens in `output_ids`, the rows in `meta_info.routed_experts`), whole
+//! or streamed. Either way an answer becomes one JSON response that
+//! `pd_stitch::compare` reads, with each choice's generated tokens beside it.
+
+use base64_simd::STANDARD;
+use pd_stitch::gather::{self, Store};
+use pd_stitch::ROUTED_EXPERTS;
+use serde_json::{json, Map, Value};
+
+/// The engine behind both endpoints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Engine {
+    /// vLLM: `POST /inference/v1/generate` with `token_ids`.
+    Vllm,
+    /// SGLang: `POST /generate` with `input_ids` and `return_routed_experts`.
+    Sglang,
+}
+
+/// The sampling every request asks for.
+#[derive(Clone, Copy, Debug)]
+pub struct Sampling {
+    pub max_tokens: u64,
+    pub n: u64,
+    pub temperature: f64,
+    pub seed: u64,
+}
+
+/// One answer, read: the response `compare` reads, each choice's generated
+/// tokens (`None` where the answer does not say), and the prompt length it
+/// reports.
+#[derive(Clone, Debug)]
+pub struct Answer {
+    pub response: Value,
+    pub tokens: Vec<Option<Vec<u64>>>,
+    pub prompt_tokens: Option<u64>,
+}
+
+impl Engine {
+    /// The path requests are sent to.
+    pub fn path(self) -> &'static str {
+        match self {
+            Engine::Vllm => "/inference/v1/generate",
+            Engine::Sglang => "/generate",
+        }
+    }
+
+    /// The request body: the same for both endpoints.
+    pub fn body(self, id: &str, prompt: &[u64], sampling: Sampling, stream: bool) -> Value {
+        match self {
+            Engine::Vllm => json!({
+                "request_id": id,
+                "token_ids": prompt,
+                "sampling_params": {
+                    "max_tokens": sampling.max_tokens,
+                    "n": sampling.n,
+                    "temperature": sampling.temperature,
+                    "seed": sampling.seed,
+                },
+                "stream": stream,
+            }),
+            Engine::Sglang => json!({
+                "rid": id,
+                "input_ids": prompt,
+                "sampling_params": {
+                    "max_new_tokens": sampling.max_tokens,
+                    "n": sampling.n,
+                    "temperature": sampling.temperature,
+                    "sampling_seed": sampling.seed,
+                },
+                "return_routed_experts": true,
+                "stream": stream,
+            }),
+        }
+    }
+
+    /// A whole (not streamed) answer.
+    pub fn whole(self, body: &[u8]) -> Result<Answer, String> {
+        let response: Value = serde_json::from_slice(body)
+            .map_err(|e| format!("the body is not JSON ({e}): {}", snippet(body)))?;
+        self.read(response)
+    }
+
+    /// A streamed answer: the data of each event, in order.
+    pub fn stream(self, events: &[Vec<u8>]) -> Result<Answer, String> {
+        let mut done = false;
+        let mut values = Vec::new();
+        for (k, data) in events.iter().enumerate() {
+            if done {
+                return Err(format!("event {k} comes after data: [DONE]"));
+            }
+            if data.as_slice() == b"[DONE]" {
+                done = true;
+                continue;
+            }
+            let value: Value = serde_json::from_slice(data)
+                .map_err(|e| format!("stream event {k} is not JSON ({e}): {}", snippet(data)))?;
+            if let Some(error) = value.get("error") {
+                return Err(format!("stream event {k} is an error: {error}"));
+            }
+            values.push(value);
+        }
+        if !done {
+            return Err("the stream ended without data: [DONE]".into());
+        }
+        let response = match self {
+            Engine::Vllm => vllm_stream(&values),
+            Engine::Sglang => sglang_stream(&values),
+        }?;
+        self.read(response)
+    }
+
+    /// The tokens and the prompt length of a response, which must carry rows.
+    fn read(self, response: Value) -> Result<Answer, String> {
+        let items: Vec<&Value> = match self {
+            Engine::Vllm => response
+                .get("choices")
+                .and_then(Value::as_array)
+                .ok_or("the response has no choices array")?
+                .iter()
+                .collect(),
+            Engine::Sglang => match &response {
+                Value::Array(items) => items.iter().collect(),
+                item => vec![item],
+            },
+        };
+        if items.is_empty() {
+            return Err("the response has no choice".into());
+        }
+        let mut tokens = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            let (ids, has_rows) = match self {
+                Engine::Vllm => (
+                    item.get("token_ids"),
+                    item.get(ROUTED_EXPERTS).is_some_and(|v| !v.is_null())
+                        || item
+                            .get("payload")
+                            .and_then(Value::as_array)
+                            .is_some_and(|p| {
+                                p.iter().any(|s| {
+                                    s.get("field").and_then(Value::as_str) == Some(ROUTED_EXPERTS)
+                                })
+                            }),
+                ),
+                Engine::Sglang => (
+                    item.get("output_ids"),
+                    item.get("meta_info")
+                        .and_then(|m| m.get(ROUTED_EXPERTS))
+                        .or_else(|| item.get("sglext").and_then(|m| m.get(ROUTED_EXPERTS)))
+                        .is_some_and(|v| !v.is_null()),
+                ),
+            };
+            if !has_rows {
+                return Err(format!(
+                    "choice {i} carries no routed_experts rows (is routing replay on, and asked for?)"
+                ));
+            }
+            tokens.push(ids.and_then(token_list));
+        }
+        let prompt_tokens = match self {
+            Engine::Vllm => response.get("usage"),
+            Engine::Sglang => items.first().and_then(|item| item.get("meta_info")),
+        }
+        .and_then(|u| u.get("prompt_tokens"))
+        .and_then(Value::as_u64);
+        Ok(Answer {
+            response,
+            tokens,
+            prompt_tokens,
+        })
+    }
+}
+
+/// A JSON array of token ids, when it is one.
+fn token_list(value: &Value) -> Option<Vec<u64>> {
+    value.as_array()?.iter().map(Value::as_u64).collect()
+}
+
+/// At most 200 bytes of `bytes`, as text.
+fn snippet(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes.get(..200).unwrap_or(bytes));
+    text.into_owned()
+}
+
+/// vLLM's stream as one response: per choice (by `index`), the token deltas
+/// of every chunk collected in order, the rows from the chunk that carries
+/// them (its other keys too, `finish_reason` and `index` aside), and
+/// `usage` from the chunk that has it.
+fn vllm_stream(chunks: &[Value]) -> Result<Value, String> {
+    let mut choices: Vec<(Vec<Value>, Option<Map<String, Value>>)> = Vec::new();
+    let mut usage = None;
+    for (k, chunk) in chunks.iter().enumerate() {
+        if let Some(u) = chunk.get("usage").filter(|u| !u.is_null()) {
+            usage = Some(u.clone());
+        }
+        for choice in chunk
+            .get("choices")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let index = choice
+                .get("index")
+                .and_then(Value::as_u64)
+                .and_then(|i| usize::try_from(i).ok())
+                .ok_or_else(|| format!("stream chunk {k}: a choice without an index"))?;
+            if index > 4096 {
+                return Err(format!("stream chunk {k}: choice index {index}"));
+            }
+            if choices.len() <= index {
+                choices.resize_with(index + 1, || (Vec::new(), None));
+            }
+            let (tokens, rows) = &mut choices[index];
+            if let Some(ids) = choice.get("token_ids").and_then(Value::as_array) {
+                tokens.extend(ids.iter().cloned());
+            }
+            let carries_rows = choice.get(ROUTED_EXPERTS).is_some_and(|v| !v.is_null())
+                || choice.get("payload").is_some_and(|v| !v.is_null());
+            if carries_rows {
+                let mut object = choice.as_object().cloned().unwrap_or_default();
+                for key in ["index", "finish_reason", "token_ids"] {
+                    object.remove(key);
+                }
+                *rows = Some(object);
+            }
+        }
+    }
+    let choices: Vec<Value> = choices
+        .into_iter()
+        .map(|(tokens, rows)| {
+            let mut object = rows.unwrap_or_default();
+            object.insert("token_ids".into(), Value::Array(tokens));
+            Value::Object(object)
+        })
+        .collect();
+    let mut response = json!({ "choices": choices });
+    if let Some(usage) = usage {
+        response["usage"] = usage;
+    }
+    Ok(response)
+}
+
+/// SGLang's stream as its whole answer: per output (`index`, 0 without
+/// one), the last event that carries rows (else the last event), with the
+/// `output_ids` of the events collected: an event whose ids extend those
+/// seen so far replaces them (SGLang's default, cumulative), any other adds
+/// to them (`--incremental-streaming-output`).
+fn sglang_stream(events: &[Value]) -> Result<Value, String> {
+    let mut outputs: Vec<(Vec<Value>, Option<Value>)> = Vec::new();
+    for (k, event) in events.iter().enumerate() {
+        let index = match event.get("index") {
+            None | Some(Value::Null) => 0,
+            Some(i) => i
+                .as_u64()
+                .and_then(|i| usize::try_from(i).ok())
+                .filter(|&i| i <= 4096)
+                .ok_or_else(|| format!("stream event {k}: index {i}"))?,
+        };
+        if outputs.len() <= index {
+            outputs.resize_with(index + 1, || (Vec::new(), None));
+        }
+        let (tokens, kept) = &mut outputs[index];
+        if let Some(ids) = event.get("output_ids").and_then(Value::as_array) {
+            if ids.len() >= tokens.len() && ids.get(..tokens.len()) == Some(tokens.as_slice()) {
+                *tokens = ids.clone();
+            } else {
+                tokens.extend(ids.iter().cloned());
+            }
+        }
+        let carries_rows = event
+            .get("meta_info")
+            .and_then(|m| m.get(ROUTED_EXPERTS))
+            .is_some_and(|v| !v.is_null());
+        if carries_rows
+            || kept.as_ref().is_none_or(|kept| {
+                kept.get("meta_info")
+                    .and_then(|m| m.get(ROUTED_EXPERTS))
+                    .is_none_or(Value::is_null)
+            })
+        {
+            *kept = Some(event.clone());
+        }
+    }
+    let mut items: Vec<Value> = outputs
+        .into_iter()
+        .map(|(tokens, kept)| {
+            let mut item = kept.unwrap_or_else(|| json!({}));
+            item["output_ids"] = Value::Array(tokens);
+            item
+        })
+        .collect();
+    match items.len() {
+        0 => Err("the stream has no output".into()),
+        1 => Ok(items.remove(0)),
+        _ => Ok(Value::Array(items)),
+    }
+}
+
+/// Places vLLM's inline `.npy` rows where vLLM 0.32 puts them: a choice's
+/// rows are END-ANCHORED, covering `[P + N - 1 - rows, P + N - 1)` for a
+/// prompt of `P` tokens and `N` generated, while the library's readers
+/// (this crate's version) read an `.npy` from position 0. Each such choice
+/// (its `N` from `token_ids`) gets compact rows at that start instead;
+/// anything else is left as it is. The one place `probe` does this: once
+/// the library places these rows itself from `usage.prompt_tokens` and
+/// `len(choices[i].token_ids)`, this becomes the identity.
+pub fn place_rows(engine: Engine, answer: &mut Answer, prompt_len: u64) {
+    if engine != Engine::Vllm {
+        return;
+    }
+    let Some(choices) = answer
+        .response
+        .get_mut("choices")
+        .and_then(Value::as_array_mut)
+    else {
+        return;
+    };
+    for (choice, tokens) in choices.iter_mut().zip(&answer.tokens) {
+        let (Some(tokens), Some(Value::String(_))) = (tokens, choice.get(ROUTED_EXPERTS)) else {
+            continue;
+        };
+        let alone = json!({"choices": [{ROUTED_EXPERTS: choice[ROUTED_EXPERTS].clone()}]});
+        let Ok(rows) = gather::gather_from(&alone, 0, ROUTED_EXPERTS, &Store::memory()) else {
+            continue;
+        };
+        let end = prompt_len
+            .saturating_add(tokens.len() as u64)
+            .saturating_sub(1);
+        let Some(start) = end.checked_sub(rows.positions().len()) else {
+            continue;
+        };
+        if start == 0 {
+            continue;
+        }
+        choice[ROUTED_EXPERTS] = json!({
+            "data": STANDARD.encode_to_string(rows.data()),
+            "shape": rows.shape(),
+            "start": start,
+            "dtype": rows.dtype().name(),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn events(values: &[Value]) -> Vec<Vec<u8>> {
+        let mut out: Vec<Vec<u8>> = values.iter().map(|v| v.to_string().into_bytes()).collect();
+        out.push(b"[DONE]".to_vec());
+        out
+    }
+
+    #[test]
+    fn a_vllm_stream_is_its_token_deltas_and_its_rows_chunk() {
+        let rows = json!({"data": "AQI=", "shape": [2, 1, 1], "start": 0, "dtype": "uint8"});
+        let chunks = [
+            json!({"choices": [{"index": 1, "token_ids": [7], "routed_experts": null}]}),
+            json!({"choices": [{"index": 0, "token_ids": [5, 6], "routed_experts": null}]}),
+            json!({"choices": [{"index": 0, "token_ids": [8], "routed_experts": rows, "finish_reason": "length"}]}),
+            json!({"choices": [{"index": 1, "token_ids": [], "routed_experts": rows}]}),
+            json!({"choices": [], "usage": {"prompt_tokens": 1}}),
+        ];
+        let answer = Engine::Vllm.stream(&events(&chunks)).unwrap();
+        assert_eq!(answer.tokens, vec![Some(vec![5, 6, 8]), Some(vec![7])]);
+        assert_eq!(answer.prompt_tokens, Some(1));
+        assert_eq!(
+            answer.response["choices"][0],
+            json!({"routed_experts": rows, "token_ids": [5, 6, 8]})
+        );
+        // No [DONE], an error event, a choice without rows: errors.
+        let cut = &events(&chunks)[..5];
+        assert_eq!(
+            Engine::Vllm.stream(cut).unwrap_err(),
+            "the stream ended without data: [DONE]"
+        );
+        let error = events(&[json!({"error": {"message": "boom"}})]);
+        assert!(Engine::Vllm
+            .stream(&error)
+            .unwrap_err()
+            .contains("is an error"));
+        let rowless = events(&chunks[..2]);
+        assert_eq!(
+            Engine::Vllm.stream(&rowless).unwrap_err(),
+            "choice 0 carries no routed_experts rows (is routing replay on, and asked for?)"
+        );
+    }
+
+    #[test]
+    fn an_sglang_stream_is_its_finished_event_with_all_its_tokens() {
+        let meta = |rows: Option<&str>| json!({"prompt_tokens": 3, "routed_experts": rows});
+        let cumulative = [
+            json!({"output_ids": [4], "meta_info": meta(None)}),
+            json!({"output_ids": [4, 5], "meta_info": meta(None)}),
+            json!({"output_ids": [4, 5, 6], "meta_info": meta(Some("AAAA"))}),
+        ];
+        let answer = Engine::Sglang.stream(&events(&cumulative)).unwrap();
+        assert_eq!(answer.tokens, vec![Some(vec![4, 5, 6])]);
+        assert_eq!(answer.prompt_tokens, Some(3));
+        assert_eq!(answer.response["meta_info"]["routed_experts"], "AAAA");
+        let incremental = [
+            json!({"output_ids": [4], "meta_info": meta(None)}),
+            json!({"output_ids": [5], "meta_info": meta(None)}),
+            json!({"output_ids": [6], "meta_info": meta(Some("AAAA"))}),
+        ];
+        let answer = Engine::Sglang.stream(&events(&incremental)).unwrap();
+        assert_eq!(answer.tokens, vec![Some(vec![4, 5, 6])]);
+    }
+
+    #[test]
+    fn end_anchored_npy_rows_are_placed_from_the_counts() {
+        // An .npy of 2 rows of 1 x 1 uint8 ([7], [9]); prompt 4, 3 generated:
+        // rows [4 + 3 - 1 - 2, 6) = [4, 6).
+        let npy = {
+            let mut header =
+                b"{'descr': '|u1', 'fortran_order': False, 'shape': (2, 1, 1), }".to_vec();
+            while (10 + header.len() + 1) % 64 != 0 {
+                header.push(b' ');
+            }
+            header.push(b'\n');
+            let mut file = b"\x93NUMPY\x01\x00".to_vec();
+            file.extend_from_slice(&(header.len() as u16).to_le_bytes());
+            file.extend_from_slice(&header);
+            file.extend_from_slice(&[7, 9]);
+            STANDARD.encode_to_string(&file)
+        };
+        let response = json!({"choices": [{"token_ids": [1, 2, 3], "routed_experts": npy}],
+                              "usage": {"prompt_tokens": 4}});
+        let mut answer = Engine::Vllm.whole(response.to_string().as_bytes()).unwrap();
+        place_rows(Engine::Vllm, &mut answer, 4);
+        assert_eq!(
+            answer.response["choices"][0]["routed_experts"],
+            json!({"data": "Bwk=", "shape": [2, 1, 1], "start": 4, "dtype": "uint8"})
+        );
+        // Rows that cover the whole sequence already start at 0: unchanged.
+        let mut whole = Engine::Vllm.whole(response.to_string().as_bytes()).unwrap();
+        place_rows(Engine::Vllm, &mut whole, 0);
+        assert_eq!(whole.response["choices"][0]["routed_experts"], npy);
+    }
+}

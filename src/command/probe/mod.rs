@@ -1,0 +1,734 @@
+//! `pd-stitch probe`: the same requests to a colocated server and to a P/D
+//! deployment (through its router), and their rows compared position by
+//! position, as the seed change was validated by hand on GPUs: episodes of
+//! one or more turns (a turn's prompt is the one before, its completion and
+//! a few new tokens), whole and streamed, at a concurrency.
+//!
+//! Each request's answers are read (`engine.rs`, streams through `sse.rs`,
+//! over the minimal client of `http.rs`), compared with
+//! [`pd_stitch::compare`], their differences classified
+//! ([`pd_stitch::compare::classify`]: boundary, whole rows, scattered,
+//! missing, diverged tokens), and each side's rows checked for rows no
+//! engine produces ([`pd_stitch::gather::check_response_rows`]). One line
+//! per request and a total; exit status 0 when all are equal, 1 on a
+//! difference or a wrong row, 2 when a request failed (an unreachable
+//! endpoint, a timeout, a 5xx, a cut-off body, a body without rows), which
+//! never stops the run.
+
+mod engine;
+mod http;
+mod prompts;
+mod sse;
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use pd_stitch::compare::{self, classify, Classes};
+use pd_stitch::gather::{self, RowsCheck, RowsReport, Store};
+use serde_json::{json, Value};
+
+use self::engine::{place_rows, Answer, Engine, Sampling};
+use self::http::Url;
+use super::progress::Progress;
+use super::ModelConfig;
+
+/// Whether requests are streamed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum StreamMode {
+    /// Whole answers.
+    Off,
+    /// Streamed answers.
+    On,
+    /// Every episode both ways.
+    Both,
+}
+
+// What `probe` takes; the command's help is on `Command::Probe`.
+#[derive(clap::Args)]
+pub struct ProbeArgs {
+    /// The colocated server's base URL (http://HOST:PORT).
+    #[arg(long, value_name = "URL")]
+    colocated: String,
+    /// The P/D deployment's base URL: its router.
+    #[arg(long, value_name = "URL")]
+    pd: String,
+    /// The engine both speak.
+    #[arg(long, value_enum, default_value = "vllm")]
+    engine: Engine,
+    /// Prompts, one per line: a JSON array of token ids, or an object with
+    /// one under token_ids, input_ids or prompt_token_ids. Without it,
+    /// prompts are drawn (--requests, --prompt-len, --seed, --vocab).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["requests", "prompt_len"])]
+    prompts: Option<PathBuf>,
+    /// How many episodes (prompts) to draw.
+    #[arg(long, value_name = "N", default_value_t = 80)]
+    requests: usize,
+    /// The drawn prompts' lengths, A..B.
+    #[arg(long, value_name = "A..B", default_value = "16..128", value_parser = prompts::length_range)]
+    prompt_len: (u64, u64),
+    /// The seed of the drawn prompts, of the tokens added between turns, and
+    /// of the sampling.
+    #[arg(long, value_name = "S", default_value_t = 1)]
+    seed: u64,
+    /// Token ids are drawn below this (default: the --config's vocab_size,
+    /// else 1000).
+    #[arg(long, value_name = "V")]
+    vocab: Option<u64>,
+    /// The model's config.json: vocab_size, and the expert count for the
+    /// rows check (num_experts, n_routed_experts or num_local_experts).
+    #[arg(long, value_name = "config.json")]
+    config: Option<PathBuf>,
+    /// Tokens to generate per turn.
+    #[arg(long, value_name = "M", default_value_t = 32)]
+    max_tokens: u64,
+    /// Choices per request.
+    #[arg(long, value_name = "K", default_value_t = 1)]
+    n: u64,
+    /// The sampling temperature (0: greedy, the default, so that both
+    /// deployments generate the same tokens).
+    #[arg(long, value_name = "T", default_value_t = 0.0)]
+    temperature: f64,
+    /// Requests in flight at once.
+    #[arg(long, value_name = "C", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    concurrency: u16,
+    /// off, on, or both (every episode twice).
+    #[arg(long, value_enum, default_value = "off")]
+    stream: StreamMode,
+    /// Turns per episode: turn t+1's prompt is turn t's, its first choice's
+    /// completion and 4 new tokens.
+    #[arg(long, value_name = "T", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..))]
+    turns: u16,
+    /// The model's rows, LAYERSxTOP_K: needed for SGLang's rows, which
+    /// carry no shape.
+    #[arg(long, value_name = "LxK", value_parser = super::row_shape)]
+    row_shape: Option<(u64, u64)>,
+    /// The model's expert count, for the rows check (ids at or beyond it
+    /// are wrong).
+    #[arg(long, value_name = "N")]
+    experts: Option<u64>,
+    /// Keep every pair of answers here, as DIR/colocated/NAME.json and
+    /// DIR/pd/NAME.json, for `pd-stitch compare --dirs` later.
+    #[arg(long, value_name = "DIR")]
+    save: Option<PathBuf>,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Seconds each request may take, body included.
+    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    timeout: f64,
+    /// Resolve the files of rows by handle against this directory; only
+    /// files inside it (or an --allow directory) are read.
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    root: PathBuf,
+    /// Also read files inside this directory (repeatable).
+    #[arg(long = "allow", value_name = "DIR")]
+    allow: Vec<PathBuf>,
+}
+
+/// Exit status when a request failed (1 means "differs").
+const PROBE_ERROR: u8 = 2;
+
+/// Tokens added to a turn's prompt and completion to make the next turn's.
+const NEW_TOKENS: u64 = 4;
+
+pub fn run(args: ProbeArgs, quiet: bool) -> Result<ExitCode, String> {
+    match setup(args) {
+        Ok(probe) => Ok(ExitCode::from(probe.run(quiet))),
+        Err(message) => {
+            eprintln!("error: {message}");
+            Ok(ExitCode::from(PROBE_ERROR))
+        }
+    }
+}
+
+/// Everything a run needs, read from the arguments.
+struct Probe {
+    engine: Engine,
+    colocated: Url,
+    pd: Url,
+    prompts: Vec<Vec<u64>>,
+    vocab: u64,
+    seed: u64,
+    sampling: Sampling,
+    concurrency: usize,
+    modes: Vec<bool>,
+    turns: usize,
+    row_shape: Option<(u64, u64)>,
+    rows: RowsCheck,
+    save: Option<PathBuf>,
+    json: bool,
+    timeout: Duration,
+    store: Store,
+}
+
+fn setup(args: ProbeArgs) -> Result<Probe, String> {
+    let colocated = Url::parse(&args.colocated).map_err(|e| format!("--colocated {e}"))?;
+    let pd = Url::parse(&args.pd).map_err(|e| format!("--pd {e}"))?;
+    let config = args.config.as_deref().map(ModelConfig::read).transpose()?;
+    let vocab = args
+        .vocab
+        .or_else(|| config.as_ref().and_then(ModelConfig::vocab))
+        .unwrap_or(1000);
+    let experts = args
+        .experts
+        .or_else(|| config.as_ref().and_then(ModelConfig::experts));
+    let prompts = match &args.prompts {
+        Some(path) => prompts::read_jsonl(path)?,
+        None => prompts::generated(args.requests, args.prompt_len, vocab, args.seed),
+    };
+    if args.engine == Engine::Sglang && args.row_shape.is_none() {
+        return Err("SGLang's rows carry no shape: give --row-shape LAYERSxTOP_K".into());
+    }
+    let timeout = Duration::try_from_secs_f64(args.timeout)
+        .ok()
+        .filter(|t| !t.is_zero())
+        .ok_or_else(|| {
+            format!(
+                "--timeout {}: expected a positive number of seconds",
+                args.timeout
+            )
+        })?;
+    if let Some(dir) = &args.save {
+        for side in ["colocated", "pd"] {
+            std::fs::create_dir_all(dir.join(side))
+                .map_err(|e| format!("{}: {e}", dir.join(side).display()))?;
+        }
+    }
+    let store = super::confined(&args.root, &args.allow)?;
+    Ok(Probe {
+        engine: args.engine,
+        colocated,
+        pd,
+        prompts,
+        vocab,
+        seed: args.seed,
+        sampling: Sampling {
+            max_tokens: args.max_tokens,
+            n: args.n,
+            temperature: args.temperature,
+            seed: args.seed,
+        },
+        concurrency: usize::from(args.concurrency),
+        modes: match args.stream {
+            StreamMode::Off => vec![false],
+            StreamMode::On => vec![true],
+            StreamMode::Both => vec![false, true],
+        },
+        turns: usize::from(args.turns),
+        row_shape: args.row_shape,
+        rows: RowsCheck::experts(experts),
+        save: args.save,
+        json: args.json,
+        timeout,
+        store,
+    })
+}
+
+/// What became of one request.
+struct Outcome {
+    episode: usize,
+    turn: usize,
+    stream: bool,
+    result: Result<Compared, String>,
+}
+
+impl Outcome {
+    fn name(&self) -> String {
+        name(self.episode, self.turn, self.stream)
+    }
+}
+
+/// `e0007-t1-stream`: a request's name in the report and in --save.
+fn name(episode: usize, turn: usize, stream: bool) -> String {
+    let mode = if stream { "stream" } else { "whole" };
+    format!("e{episode:04}-t{turn}-{mode}")
+}
+
+/// One request's comparison.
+struct Compared {
+    prompt_len: u64,
+    choices: Vec<ChoiceOutcome>,
+    /// The rows check of the colocated answer, then of the P/D one.
+    rows: [RowsReport; 2],
+}
+
+struct ChoiceOutcome {
+    choice: usize,
+    compared: u64,
+    equal_rows: u64,
+    classes: Classes,
+}
+
+impl Compared {
+    fn differs(&self) -> bool {
+        self.choices.iter().any(|c| !c.classes.is_empty())
+    }
+
+    fn wrong_rows(&self) -> bool {
+        self.rows.iter().any(|r| !r.is_clean())
+    }
+}
+
+/// The two endpoints' names in messages.
+const SIDES: [&str; 2] = ["colocated", "P/D"];
+
+impl Probe {
+    /// Runs every episode, prints the report, and returns the exit status.
+    fn run(&self, quiet: bool) -> u8 {
+        let started = Instant::now();
+        let jobs: Vec<(usize, bool)> = (0..self.prompts.len())
+            .flat_map(|e| self.modes.iter().map(move |&stream| (e, stream)))
+            .collect();
+        let total = jobs.len() * self.turns;
+        let progress = Progress::new("requests", total, quiet);
+        let done = AtomicUsize::new(0);
+        let next = AtomicUsize::new(0);
+        let outcomes = Mutex::new(Vec::with_capacity(total));
+        std::thread::scope(|scope| {
+            for _ in 0..self.concurrency.min(jobs.len()).max(1) {
+                scope.spawn(|| loop {
+                    let Some(&(episode, stream)) = jobs.get(next.fetch_add(1, Ordering::Relaxed))
+                    else {
+                        break;
+                    };
+                    for outcome in self.episode(episode, stream, &done, &progress) {
+                        if let Ok(mut all) = outcomes.lock() {
+                            all.push(outcome);
+                        }
+                    }
+                });
+            }
+        });
+        progress.finish();
+        let mut outcomes = outcomes.into_inner().unwrap_or_default();
+        outcomes.sort_by_key(|o| (o.episode, o.stream, o.turn));
+        self.report(&outcomes, started.elapsed())
+    }
+
+    /// The turns of one episode, in order; after a failed turn the rest
+    /// are not sent (each said so).
+    fn episode(
+        &self,
+        episode: usize,
+        stream: bool,
+        done: &AtomicUsize,
+        progress: &Progress,
+    ) -> Vec<Outcome> {
+        let mut prompt = self.prompts.get(episode).cloned().unwrap_or_default();
+        let mut rng = prompts::Rng(self.seed ^ (episode as u64).wrapping_mul(0x9e37_79b9));
+        // Where each earlier turn's prompt and completion ended.
+        let mut boundaries: Vec<u64> = Vec::new();
+        let mut outcomes = Vec::with_capacity(self.turns);
+        let mut failed = None;
+        for turn in 0..self.turns {
+            let result = match failed {
+                Some(t) => Err(format!("not sent: turn {t} of this episode failed")),
+                None => self.request(episode, turn, stream, &prompt, &boundaries),
+            };
+            match &result {
+                Ok((_, answer)) => {
+                    let completion = answer.tokens.first().cloned().flatten().unwrap_or_default();
+                    let sent = prompt.len() as u64;
+                    boundaries.push(sent.saturating_sub(1));
+                    boundaries.push((sent + completion.len() as u64).saturating_sub(1));
+                    prompt.extend(completion);
+                    prompt.extend(rng.tokens(NEW_TOKENS, self.vocab));
+                }
+                Err(_) => failed = failed.or(Some(turn)),
+            }
+            outcomes.push(Outcome {
+                episode,
+                turn,
+                stream,
+                result: result.map(|(compared, _)| compared),
+            });
+            progress.set(done.fetch_add(1, Ordering::Relaxed) + 1);
+        }
+        outcomes
+    }
+
+    /// One request to both endpoints, compared; the colocated answer too,
+    /// which the next turn builds on.
+    fn request(
+        &self,
+        episode: usize,
+        turn: usize,
+        stream: bool,
+        prompt: &[u64],
+        earlier: &[u64],
+    ) -> Result<(Compared, Answer), String> {
+        // The request id names the turn for the logs (and for the mock
+        // backends, which answer by the number in it).
+        let index = episode * self.turns + turn;
+        let mode = if stream { "stream" } else { "whole" };
+        let id = format!("probe-{mode}-{index}");
+        let body = self.engine.body(&id, prompt, self.sampling, stream);
+        let bytes = serde_json::to_vec(&body).map_err(|e| e.to_string())?;
+        let (a, b) = std::thread::scope(|scope| {
+            let a = scope.spawn(|| self.ask(&self.colocated, &bytes));
+            let b = self.ask(&self.pd, &bytes);
+            (
+                a.join()
+                    .unwrap_or_else(|_| Err("the request's thread failed".into())),
+                b,
+            )
+        });
+        let (mut a, mut b) = match (a, b) {
+            (Ok(a), Ok(b)) => (a, b),
+            (a, b) => {
+                let errors: Vec<String> = [a.err(), b.err()]
+                    .into_iter()
+                    .zip(SIDES)
+                    .filter_map(|(e, side)| e.map(|e| format!("{side}: {e}")))
+                    .collect();
+                return Err(errors.join("; "));
+            }
+        };
+        let prompt_len = a
+            .prompt_tokens
+            .or(b.prompt_tokens)
+            .unwrap_or(prompt.len() as u64);
+        place_rows(self.engine, &mut a, prompt_len);
+        place_rows(self.engine, &mut b, prompt_len);
+        if let Some(dir) = &self.save {
+            let file = format!("{}.json", name(episode, turn, stream));
+            for (side, answer) in [("colocated", &a), ("pd", &b)] {
+                let path = dir.join(side).join(&file);
+                std::fs::write(&path, answer.response.to_string())
+                    .map_err(|e| format!("--save {}: {e}", path.display()))?;
+            }
+        }
+        let compared = self.compare(&a, &b, prompt_len, earlier)?;
+        Ok((compared, a))
+    }
+
+    /// Sends `body` to `url` and reads the answer.
+    fn ask(&self, url: &Url, body: &[u8]) -> Result<Answer, String> {
+        let mut bytes = Vec::new();
+        let head = http::post(
+            url,
+            self.engine.path(),
+            body,
+            self.timeout,
+            &mut |chunk: &[u8]| {
+                bytes.extend_from_slice(chunk);
+            },
+        )
+        .map_err(|e| e.to_string())?;
+        let events = head
+            .content_type
+            .as_deref()
+            .is_some_and(|t| t.starts_with("text/event-stream"));
+        if events {
+            let mut stream = sse::Events::default();
+            stream.feed(&bytes);
+            if stream.unfinished() {
+                return Err("the stream ended inside an event".into());
+            }
+            self.engine.stream(&stream.data)
+        } else {
+            self.engine.whole(&bytes)
+        }
+    }
+
+    /// The comparison of two answers, classified, and each side's rows
+    /// checked.
+    fn compare(
+        &self,
+        a: &Answer,
+        b: &Answer,
+        prompt_len: u64,
+        earlier: &[u64],
+    ) -> Result<Compared, String> {
+        let options = compare::Options {
+            prompt_len: Some(prompt_len),
+            row_shape: self.row_shape,
+            ..compare::Options::default()
+        };
+        let report = compare::compare(&a.response, &self.store, &b.response, &self.store, &options)
+            .map_err(|e| format!("cannot compare the answers: {e}"))?;
+        let mut boundaries = vec![prompt_len.saturating_sub(1)];
+        boundaries.extend_from_slice(earlier);
+        let choices = report
+            .choices
+            .iter()
+            .map(|c| {
+                let tokens = |answer: &Answer| answer.tokens.get(c.choice).cloned().flatten();
+                let diverged = match (tokens(a), tokens(b)) {
+                    (Some(ta), Some(tb)) if ta != tb => {
+                        let k = ta.iter().zip(&tb).take_while(|(x, y)| x == y).count();
+                        Some(prompt_len + k as u64)
+                    }
+                    _ => None,
+                };
+                ChoiceOutcome {
+                    choice: c.choice,
+                    compared: c.compared,
+                    equal_rows: c.equal_rows,
+                    classes: classify(c, &boundaries, diverged),
+                }
+            })
+            .collect();
+        let rows = [a, b].map(|answer| {
+            gather::check_response_rows(&answer.response, &self.store, self.row_shape, self.rows)
+        });
+        Ok(Compared {
+            prompt_len,
+            choices,
+            rows,
+        })
+    }
+
+    /// Prints the report; the exit status.
+    fn report(&self, outcomes: &[Outcome], elapsed: Duration) -> u8 {
+        let mut totals = Totals::new();
+        for outcome in outcomes {
+            totals.add(outcome);
+        }
+        let status = if totals.errors > 0 {
+            PROBE_ERROR
+        } else {
+            u8::from(totals.different + totals.wrong_rows > 0)
+        };
+        let turns = self.turns;
+        let episodes = self.prompts.len();
+        let modes = self.modes.len();
+        if self.json {
+            let requests: Vec<Value> = outcomes.iter().map(outcome_json).collect();
+            println!(
+                "{}",
+                json!({
+                    "all_equal": status == 0,
+                    "episodes": episodes,
+                    "turns": turns,
+                    "modes": self.modes.iter().map(|&s| if s { "stream" } else { "whole" }).collect::<Vec<_>>(),
+                    "requests": requests,
+                    "total": totals.to_json(),
+                    "seconds": elapsed.as_secs_f64(),
+                })
+            );
+            return status;
+        }
+        println!(
+            "{:<20}  {:<10}  {:>9}  {:>15}  details",
+            "request", "status", "compared", "equal rows"
+        );
+        for outcome in outcomes {
+            println!("{}", outcome_line(outcome));
+        }
+        println!(
+            "total: {} request(s) ({episodes} episode(s) x {turns} turn(s) x {modes} mode(s)), {} equal, {} different, {} with wrong rows, {} error(s); {}; rows check: colocated {}, P/D {}; {:.1} s",
+            outcomes.len(),
+            totals.equal,
+            totals.different,
+            totals.wrong_rows,
+            totals.errors,
+            totals.kinds(),
+            summary(&totals.rows[0]),
+            summary(&totals.rows[1]),
+            elapsed.as_secs_f64()
+        );
+        status
+    }
+}
+
+/// The counts of a run.
+struct Totals {
+    equal: usize,
+    different: usize,
+    wrong_rows: usize,
+    errors: usize,
+    /// Requests showing each kind of difference.
+    kinds: [(&'static str, usize); 5],
+    rows: [[(&'static str, u64); 4]; 2],
+}
+
+impl Totals {
+    fn new() -> Totals {
+        Totals {
+            equal: 0,
+            different: 0,
+            wrong_rows: 0,
+            errors: 0,
+            kinds: [
+                ("boundary", 0),
+                ("whole-rows", 0),
+                ("scattered", 0),
+                ("missing", 0),
+                ("diverged", 0),
+            ],
+            rows: [RowsReport::new().counts; 2],
+        }
+    }
+
+    fn add(&mut self, outcome: &Outcome) {
+        let compared = match &outcome.result {
+            Ok(compared) => compared,
+            Err(_) => {
+                self.errors += 1;
+                return;
+            }
+        };
+        match (compared.differs(), compared.wrong_rows()) {
+            (false, false) => self.equal += 1,
+            (true, _) => self.different += 1,
+            (false, true) => self.wrong_rows += 1,
+        }
+        let mut seen: Vec<&str> = compared
+            .choices
+            .iter()
+            .flat_map(|c| c.classes.kinds())
+            .collect();
+        seen.sort_unstable();
+        seen.dedup();
+        for (kind, n) in &mut self.kinds {
+            *n += usize::from(seen.contains(kind));
+        }
+        for (side, report) in self.rows.iter_mut().zip(&compared.rows) {
+            for ((_, n), (_, m)) in side.iter_mut().zip(&report.counts) {
+                *n += m;
+            }
+        }
+    }
+
+    /// `boundary 1, whole-rows 0, ...`: requests showing each kind.
+    fn kinds(&self) -> String {
+        self.kinds
+            .iter()
+            .map(|(kind, n)| format!("{kind} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    fn to_json(&self) -> Value {
+        let kinds: serde_json::Map<String, Value> = self
+            .kinds
+            .iter()
+            .map(|(k, n)| ((*k).to_owned(), json!(n)))
+            .collect();
+        let rows = |counts: &[(&str, u64); 4]| -> Value {
+            counts
+                .iter()
+                .map(|(k, n)| ((*k).to_owned(), json!(n)))
+                .collect::<serde_json::Map<String, Value>>()
+                .into()
+        };
+        json!({
+            "equal": self.equal,
+            "different": self.different,
+            "wrong_rows": self.wrong_rows,
+            "errors": self.errors,
+            "kinds": kinds,
+            "rows_check": {"colocated": rows(&self.rows[0]), "pd": rows(&self.rows[1])},
+        })
+    }
+}
+
+/// `none`, or `12 zero-row, 1 duplicate`.
+fn summary(counts: &[(&str, u64); 4]) -> String {
+    let parts: Vec<String> = counts
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(k, n)| format!("{n} {k}"))
+        .collect();
+    if parts.is_empty() {
+        "none".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// One request's line.
+fn outcome_line(outcome: &Outcome) -> String {
+    let name = outcome.name();
+    let compared = match &outcome.result {
+        Ok(compared) => compared,
+        Err(message) => {
+            return format!(
+                "{name:<20}  {:<10}  {:>9}  {:>15}  {message}",
+                "ERROR", "-", "-"
+            )
+        }
+    };
+    let (rows, equal) = compared
+        .choices
+        .iter()
+        .fold((0, 0), |(n, e), c| (n + c.compared, e + c.equal_rows));
+    let status = match (compared.differs(), compared.wrong_rows()) {
+        (false, false) => "equal",
+        (true, _) => "DIFFERENT",
+        (false, true) => "WRONG ROWS",
+    };
+    let mut details = String::new();
+    for c in compared.choices.iter().filter(|c| !c.classes.is_empty()) {
+        let _ = write!(details, "choice {}: {}; ", c.choice, c.classes);
+    }
+    for (side, report) in SIDES.iter().zip(&compared.rows) {
+        if let Some(first) = report.findings.first() {
+            let _ = write!(
+                details,
+                "{side} rows: {} (first: {first}); ",
+                report.summary()
+            );
+        }
+    }
+    let details = details.trim_end_matches("; ");
+    let details = if details.is_empty() {
+        format!("prompt {}", compared.prompt_len)
+    } else {
+        format!("prompt {}; {details}", compared.prompt_len)
+    };
+    let fraction = if rows == 0 {
+        format!("{equal}/0")
+    } else {
+        format!("{equal}/{rows}")
+    };
+    format!("{name:<20}  {status:<10}  {rows:>9}  {fraction:>15}  {details}")
+}
+
+fn outcome_json(outcome: &Outcome) -> Value {
+    let base = json!({
+        "request": outcome.name(),
+        "episode": outcome.episode,
+        "turn": outcome.turn,
+        "stream": outcome.stream,
+    });
+    let mut entry = base;
+    match &outcome.result {
+        Err(message) => {
+            entry["status"] = json!("error");
+            entry["error"] = json!(message);
+        }
+        Ok(compared) => {
+            entry["status"] = json!(match (compared.differs(), compared.wrong_rows()) {
+                (false, false) => "equal",
+                (true, _) => "different",
+                (false, true) => "wrong_rows",
+            });
+            entry["prompt_len"] = json!(compared.prompt_len);
+            entry["choices"] = compared
+                .choices
+                .iter()
+                .map(|c| {
+                    json!({
+                        "choice": c.choice,
+                        "compared": c.compared,
+                        "equal_rows": c.equal_rows,
+                        "kinds": c.classes.kinds(),
+                        "classes": c.classes.to_json(),
+                    })
+                })
+                .collect::<Vec<_>>()
+                .into();
+            entry["rows_check"] = json!({
+                "colocated": compared.rows[0].to_json(),
+                "pd": compared.rows[1].to_json(),
+            });
+        }
+    }
+    entry
+}
