@@ -16,7 +16,13 @@
 //! prefill's request. A mock can be told to misbehave with `--fault`:
 //! `no-routing` (answer without routed experts), `status-500`, `truncated`
 //! (announce the whole body, send half of it, close), `slow=MS` (wait before
-//! answering).
+//! answering); and, for `pd-stitch probe`'s tests, in the rows themselves:
+//! `short-prefill` (a prefill one prompt row short, so that the stitch takes
+//! the decode's own row for the last prompt position: a router cutting one
+//! position early), `zero-prompt` (prompt rows zeroed, the last one half:
+//! rows finalized before they were written) and `scatter-layer` (one layer
+//! of every completion row changed: numerical noise); the last two on
+//! inline rows only. A vLLM body's `sampling_params.n` caps the choices.
 //!
 //! **SGLang** (`/generate`). SGLang's P/D router sends the same body to both
 //! instances at once, with `bootstrap_host`, `bootstrap_port` and
@@ -103,6 +109,14 @@ pub enum Fault {
     Truncated,
     /// Waits this long, then answers normally.
     Slow(Duration),
+    /// A prefill whose rows end one prompt position short.
+    ShortPrefill,
+    /// Prompt rows zeroed: all of them but the last, and the later half of
+    /// the last one's layers (inline rows).
+    ZeroPrompt,
+    /// One layer, drawn per position, of every completion row changed
+    /// (inline rows).
+    ScatterLayer,
 }
 
 impl FromStr for Fault {
@@ -114,10 +128,13 @@ impl FromStr for Fault {
             "no-routing" => Ok(Fault::NoRouting),
             "status-500" => Ok(Fault::Status500),
             "truncated" => Ok(Fault::Truncated),
+            "short-prefill" => Ok(Fault::ShortPrefill),
+            "zero-prompt" => Ok(Fault::ZeroPrompt),
+            "scatter-layer" => Ok(Fault::ScatterLayer),
             _ => match s.strip_prefix("slow=").map(str::parse::<u64>) {
                 Some(Ok(ms)) => Ok(Fault::Slow(Duration::from_millis(ms))),
                 _ => Err(format!(
-                    "unknown fault {s:?}: expected none, no-routing, status-500, truncated or slow=MS"
+                    "unknown fault {s:?}: expected none, no-routing, status-500, truncated, slow=MS, short-prefill, zero-prompt or scatter-layer"
                 )),
             },
         }
@@ -446,6 +463,107 @@ pub fn without_routing(mut response: Value) -> Value {
     response
 }
 
+/// The rows faults on a vLLM answer for `request`: by handle only
+/// `short-prefill` applies (its last segment one row shorter); inline rows
+/// are rewritten in the form they came in.
+fn wrong_rows(fault: Fault, request: &Request, response: &mut Value) {
+    if !matches!(
+        fault,
+        Fault::ShortPrefill | Fault::ZeroPrompt | Fault::ScatterLayer
+    ) {
+        return;
+    }
+    let choices = response.get_mut("choices").and_then(Value::as_array_mut);
+    for choice in choices.into_iter().flatten() {
+        if fault == Fault::ShortPrefill {
+            let segments = choice.get_mut("payload").and_then(Value::as_array_mut);
+            let last = segments
+                .into_iter()
+                .flatten()
+                .filter(|s| s["field"] == ROUTED_EXPERTS);
+            if let Some(last) = last.max_by_key(|s| s["pos"].as_u64().unwrap_or(0)) {
+                last["rows"] = json!(last["rows"].as_u64().unwrap_or(1).saturating_sub(1));
+            }
+        }
+        let alone = json!({"choices": [{ROUTED_EXPERTS: choice[ROUTED_EXPERTS].clone()}]});
+        let Ok(rows) = pd_stitch::gather::gather_from(&alone, 0, ROUTED_EXPERTS, &Store::memory())
+        else {
+            continue;
+        };
+        let (start, shape) = (rows.positions().start(), rows.row_shape().to_vec());
+        let width = rows.dtype().itemsize() as usize;
+        let layer = width * shape.get(1).copied().unwrap_or(1) as usize;
+        let row = layer * shape.first().copied().unwrap_or(1) as usize;
+        let mut data = rows.data().to_vec();
+        let prompt = request.prompt;
+        for (k, bytes) in data.chunks_exact_mut(row.max(1)).enumerate() {
+            let x = start + k as u64;
+            match fault {
+                Fault::ZeroPrompt if x + 1 < prompt => bytes.fill(0),
+                Fault::ZeroPrompt if x + 1 == prompt => bytes[row / layer / 2 * layer..].fill(0),
+                Fault::ScatterLayer if x >= prompt => {
+                    let pick = mix(request.index as u64 ^ x << 20);
+                    let l = (pick % (row / layer) as u64) as usize;
+                    for id in bytes[l * layer..(l + 1) * layer].chunks_exact_mut(width) {
+                        let mut raw = [0u8; 8];
+                        raw[..width].copy_from_slice(id);
+                        let next = (u64::from_le_bytes(raw) + 1) % request.experts;
+                        id.copy_from_slice(&next.to_le_bytes()[..width]);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if fault == Fault::ShortPrefill {
+            data.truncate(data.len().saturating_sub(row));
+        }
+        let seq = (data.len() / row.max(1)) as u64;
+        let mut dims = vec![seq];
+        dims.extend(&shape);
+        choice[ROUTED_EXPERTS] = match &choice[ROUTED_EXPERTS] {
+            Value::String(_) => json!(base64_encode(&npy(rows.dtype(), &dims, &data))),
+            _ => json!({"data": base64_encode(&data), "shape": dims, "start": start,
+                        "dtype": rows.dtype().name()}),
+        };
+    }
+}
+
+/// A version 1.0 `.npy` file of little-endian unsigned ids.
+fn npy(dtype: pd_stitch::algebra::Dtype, dims: &[u64], data: &[u8]) -> Vec<u8> {
+    let shape: Vec<String> = dims.iter().map(u64::to_string).collect();
+    let descr = format!(
+        "{}u{}",
+        if dtype.itemsize() == 1 { '|' } else { '<' },
+        dtype.itemsize()
+    );
+    let mut header = format!(
+        "{{'descr': '{descr}', 'fortran_order': False, 'shape': ({},), }}",
+        shape.join(", ")
+    )
+    .into_bytes();
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(b' ');
+    }
+    header.push(b'\n');
+    let mut file = b"\x93NUMPY\x01\x00".to_vec();
+    file.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    file.extend_from_slice(&header);
+    file.extend_from_slice(data);
+    file
+}
+
+/// SplitMix64's finalizer: the layer a position's noise falls in.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+fn base64_encode(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
 /// A request's body read as JSON and noted in `seen`, or why it is not
 /// JSON.
 fn received(mock: &Mock, body: &[u8]) -> Result<Value, String> {
@@ -474,7 +592,7 @@ async fn generate(State(mock): State<Arc<Mock>>, body: Bytes) -> Response {
             return error(StatusCode::INTERNAL_SERVER_ERROR, "mock: internal error");
         }
         Fault::Slow(delay) => tokio::time::sleep(delay).await,
-        Fault::None | Fault::NoRouting | Fault::Truncated => {}
+        _ => {}
     }
     let Some(index) = request_index(&body) else {
         return error(
@@ -511,6 +629,13 @@ async fn generate(State(mock): State<Arc<Mock>>, body: Bytes) -> Response {
     }
     if mock.fault == Fault::NoRouting {
         response = without_routing(response);
+    }
+    let request = Request::draw(mock.deployment.seed, index);
+    wrong_rows(mock.fault, &request, &mut response);
+    if let Some(n) = body["sampling_params"]["n"].as_u64() {
+        if let Some(choices) = response["choices"].as_array_mut() {
+            choices.truncate(usize::try_from(n.max(1)).unwrap_or(1));
+        }
     }
     if mock.role == Role::Prefill {
         // What a vLLM prefill instance hands the decode through the router:
@@ -757,7 +882,7 @@ async fn sglang_generate(State(mock): State<Arc<Mock>>, body: Bytes) -> Response
             return error(StatusCode::INTERNAL_SERVER_ERROR, "mock: internal error");
         }
         Fault::Slow(delay) => tokio::time::sleep(delay).await,
-        Fault::None | Fault::NoRouting | Fault::Truncated => {}
+        _ => {}
     }
     // The KV cache moves between the two instances of one room: neither
     // answers before the other has been sent the request.
@@ -851,7 +976,8 @@ struct Args {
     /// Where by-handle files are written; a prefill and a decode mock must share it.
     #[arg(long)]
     dir: PathBuf,
-    /// none, no-routing, status-500, truncated or slow=MS.
+    /// none, no-routing, status-500, truncated, slow=MS, short-prefill,
+    /// zero-prompt or scatter-layer.
     #[arg(long, default_value = "none")]
     fault: Fault,
     /// How an SGLang decode answers: full-length (unpatched SGLang) or

@@ -25,6 +25,8 @@ mod exhaustive;
 mod in_place;
 mod inline;
 mod laws;
+#[cfg(feature = "cli")]
+mod probe;
 mod readme_layout;
 mod resources;
 #[cfg(feature = "cli")]

@@ -7,10 +7,10 @@
 
 #[allow(dead_code)] // the example's `main` and what only it uses
 #[path = "../../examples/mock_backend.rs"]
-mod mock_backend;
+pub(crate) mod mock_backend;
 #[allow(dead_code)]
 #[path = "../../examples/pd_router.rs"]
-mod pd_router;
+pub(crate) mod pd_router;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;

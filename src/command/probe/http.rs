@@ -149,6 +149,18 @@ impl Conn {
                     return Ok(true);
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // A connection reset or aborted mid-answer ends it: the
+                // framing says whether the answer was whole.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::ConnectionReset
+                            | io::ErrorKind::ConnectionAborted
+                            | io::ErrorKind::UnexpectedEof
+                    ) =>
+                {
+                    return Ok(false)
+                }
                 Err(e)
                     if matches!(
                         e.kind(),
