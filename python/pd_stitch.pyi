@@ -86,6 +86,23 @@ def check(
     (``choice`` is the item), placed with ``row_shape=(layers, top_k)``;
     without it, a problem says they cannot be placed."""
 
+def check_rows(
+    response: _Prefill,
+    *,
+    root: Optional[_Path] = None,
+    allow: Optional[Sequence[_Path]] = None,
+    row_shape: Optional[Tuple[int, int]] = None,
+    experts: Optional[int] = None,
+    limit: int = 100,
+) -> Dict[str, Any]:
+    """Rows no engine produces, in every choice: an expert twice in one
+    layer's top-k, an id at or beyond ``experts`` (or negative), a row of
+    zeros with top_k > 1. Returns ``{"rows", "counts": {"duplicate",
+    "out-of-range", "negative", "zero-row"}, "findings": [{"choice",
+    "position", "layer", "kind", "id", "experts", "ids"}], "unreadable":
+    [{"choice", "error"}]}``: the first ``limit`` findings, all counted.
+    SGLang's rows are read with ``row_shape=(layers, top_k)``."""
+
 class StreamStitcher:
     """Stitches one decode stream (server-sent events) with the prefill's
     whole response: every event goes out as soon as it is complete, byte for

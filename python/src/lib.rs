@@ -34,8 +34,8 @@
 //! interfaces.
 
 //! The modules: `errors` (`StitchError`), `conversion` (Python objects in
-//! and out), `merges` (the four merge functions), `readers` (`gather` and
-//! `check`), `stream` (`StreamStitcher`), `detached_bytes` and `bytearray_buffer`
+//! and out), `merges` (the four merge functions), `readers` (`gather`,
+//! `check` and `check_rows`), `stream` (`StreamStitcher`), `detached_bytes` and `bytearray_buffer`
 //! (the unsafe code); this file holds the
 //! module definition.
 
@@ -62,6 +62,7 @@ fn python_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(merges::prefill_has_routed_experts, m)?)?;
     m.add_function(wrap_pyfunction!(readers::gather_rows, m)?)?;
     m.add_function(wrap_pyfunction!(readers::check, m)?)?;
+    m.add_function(wrap_pyfunction!(readers::check_rows, m)?)?;
     m.add_class::<stream::StreamStitcher>()?;
     m.add_function(wrap_pyfunction!(readers::read_field, m)?)?;
     Ok(())

@@ -121,6 +121,27 @@ pub(crate) fn check<'py>(
     Ok(out)
 }
 
+/// The rows check (`pd_stitch::gather::check_response_rows`): rows no engine
+/// produces, in every choice of `response` (SGLang's with `row_shape`).
+#[pyfunction]
+#[pyo3(signature = (response, *, root=None, allow=None, row_shape=None, experts=None, limit=100))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn check_rows<'py>(
+    py: Python<'py>,
+    response: &Bound<'py, PyAny>,
+    root: Option<PathBuf>,
+    allow: Option<Vec<PathBuf>>,
+    row_shape: Option<(u64, u64)>,
+    experts: Option<u64>,
+    limit: usize,
+) -> PyResult<Bound<'py, PyAny>> {
+    let value = response_value(py, response)?;
+    let store = store(root, allow)?;
+    let check = gather::RowsCheck { experts, limit };
+    let report = py.detach(|| gather::check_response_rows(&value, &store, row_shape, check));
+    crate::conversion::to_python(py, &report.to_json())
+}
+
 /// One payload segment from Python: a dict, or the 7-item list
 /// `[field, file, offset, pos, rows, dtype, shape]` (msgspec's array-like
 /// encoding).

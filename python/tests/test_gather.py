@@ -210,3 +210,38 @@ def test_gather_hands_the_bytes_read_to_numpy_without_a_copy():
     while isinstance(base, np.ndarray):
         base = base.base
     assert type(base).__name__ == "PySliceContainer", type(base)
+
+
+def test_check_rows_names_each_kind_on_the_fixtures():
+    """The rows check on the committed fixtures (tests/fixtures/rows/): each
+    kind where the fixture put it, with its choice, position, layer and ids;
+    the expert count only when given."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    rows = os.path.join(here, "..", "..", "tests", "fixtures", "rows")
+
+    def fixture(name):
+        with open(os.path.join(rows, name)) as f:
+            return json.load(f)
+
+    clean = pd_stitch.check_rows(fixture("clean.json"))
+    assert clean["rows"] == 3 and clean["findings"] == []
+    assert clean["counts"] == {"duplicate": 0, "out-of-range": 0, "negative": 0, "zero-row": 0}
+    duplicate = pd_stitch.check_rows(fixture("duplicate.json"))["findings"]
+    assert duplicate == [{"choice": 0, "position": 1, "layer": 1, "kind": "duplicate",
+                          "id": 7, "experts": None, "ids": [7, 7]}]
+    assert pd_stitch.check_rows(fixture("out_of_range.json"))["findings"] == []
+    out_of_range = pd_stitch.check_rows(fixture("out_of_range.json"), experts=8)["findings"]
+    assert [(f["position"], f["layer"], f["kind"], f["id"], f["experts"]) for f in out_of_range] == [
+        (2, 0, "out-of-range", 9, 8)]
+    zero = pd_stitch.check_rows(json.dumps(fixture("zero_row.json")).encode())
+    assert zero["counts"]["zero-row"] == 1
+    assert zero["findings"][0]["layer"] is None and zero["findings"][0]["position"] == 0
+    negative = pd_stitch.check_rows(fixture("negative.json"))["findings"]
+    assert [(f["kind"], f["id"]) for f in negative] == [("negative", -1)]
+    # SGLang's rows, placed with the row shape: 2 prompt tokens, 2 generated,
+    # rows of 1 x 2 at [0, 3), the second [5, 5].
+    ids = np.array([1, 2, 5, 5, 3, 4], dtype="<i4").tobytes()
+    sglang = {"meta_info": {"prompt_tokens": 2, "completion_tokens": 2,
+                            "routed_experts": base64.b64encode(ids).decode()}}
+    found = pd_stitch.check_rows(sglang, row_shape=(1, 2))["findings"]
+    assert [(f["position"], f["kind"], f["ids"]) for f in found] == [(1, "duplicate", [5, 5])]
