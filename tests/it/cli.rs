@@ -1067,6 +1067,7 @@ fn every_subcommand_has_help() {
         vec!["gather", "--help"],
         vec!["simulate", "--help"],
         vec!["compare", "--help"],
+        vec!["probe", "--help"],
         vec!["completions", "--help"],
     ] {
         let out = pd_stitch(&sub);

@@ -190,7 +190,9 @@ fn snippet(bytes: &[u8]) -> String {
 /// them (its other keys too, `finish_reason` and `index` aside), and
 /// `usage` from the chunk that has it.
 fn vllm_stream(chunks: &[Value]) -> Result<Value, String> {
-    let mut choices: Vec<(Vec<Value>, Option<Map<String, Value>>)> = Vec::new();
+    // Per choice: its tokens so far, and the chunk's choice with its rows.
+    type Collected = (Vec<Value>, Option<Map<String, Value>>);
+    let mut choices: Vec<Collected> = Vec::new();
     let mut usage = None;
     for (k, chunk) in chunks.iter().enumerate() {
         if let Some(u) = chunk.get("usage").filter(|u| !u.is_null()) {

@@ -290,14 +290,14 @@ impl Probe {
         let outcomes = Mutex::new(Vec::with_capacity(total));
         std::thread::scope(|scope| {
             for _ in 0..self.concurrency.min(jobs.len()).max(1) {
-                scope.spawn(|| loop {
-                    let Some(&(episode, stream)) = jobs.get(next.fetch_add(1, Ordering::Relaxed))
-                    else {
-                        break;
-                    };
-                    for outcome in self.episode(episode, stream, &done, &progress) {
-                        if let Ok(mut all) = outcomes.lock() {
-                            all.push(outcome);
+                scope.spawn(|| {
+                    while let Some(&(episode, stream)) =
+                        jobs.get(next.fetch_add(1, Ordering::Relaxed))
+                    {
+                        for outcome in self.episode(episode, stream, &done, &progress) {
+                            if let Ok(mut all) = outcomes.lock() {
+                                all.push(outcome);
+                            }
                         }
                     }
                 });
