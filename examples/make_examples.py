@@ -1,8 +1,9 @@
 """Writes the example responses and row files under examples/.
 
 Rows are easy to read back: the uint16 element k of the true row of position x
-is 100 * x + k, and a decode instance's own row for a prompt position is 9999
-everywhere (it does not know the prompt's routing). Run from the repository
+is 100 * x + k, and a decode instance's own row for a prompt position is
+9900 + k (it does not know the prompt's routing: a row a router could give,
+distinct experts in each layer, but not the prompt's). Run from the repository
 root:  python3 examples/make_examples.py
 """
 import base64
@@ -16,7 +17,7 @@ ROW = 2 * ELEMS  # uint16
 
 
 def row(x, wrong=False):
-    return struct.pack("<%dH" % ELEMS, *([9999] * ELEMS if wrong else [100 * x + k for k in range(ELEMS)]))
+    return struct.pack("<%dH" % ELEMS, *([9900 + k for k in range(ELEMS)] if wrong else [100 * x + k for k in range(ELEMS)]))
 
 
 def seg(field, file, offset, pos, rows, dtype="uint16", shape=SHAPE):

@@ -692,7 +692,7 @@ fn compare_exits_0_when_equal_1_when_not_and_prints_the_json_report() {
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let report: Value = serde_json::from_str(&stdout(&out)).unwrap();
     let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
-    assert_eq!(keys(&report), ["all_equal", "choices"]);
+    assert_eq!(keys(&report), ["all_equal", "choices", "rows_check"]);
     assert_eq!(report["all_equal"], false);
     let choice = &report["choices"][1];
     let mut expected = [
@@ -711,8 +711,8 @@ fn compare_exits_0_when_equal_1_when_not_and_prints_the_json_report() {
     ];
     expected.sort_unstable();
     assert_eq!(keys(choice), expected);
-    // Rows of position x are 100 x + k; the decode's own row for 2 is 9999s.
-    let wrong: Vec<Vec<u16>> = vec![vec![9999; 4]; 2];
+    // Rows of position x are 100 x + k; the decode's own row for 2 is 9900 + k.
+    let wrong: Vec<Vec<u16>> = vec![vec![9900, 9901, 9902, 9903], vec![9904, 9905, 9906, 9907]];
     assert_eq!(
         choice,
         &serde_json::json!({
