@@ -22,7 +22,7 @@
 //! position early), `zero-prompt` (prompt rows zeroed, the last one half:
 //! rows finalized before they were written) and `scatter-layer` (one layer
 //! of every completion row changed: numerical noise); the last two on
-//! inline rows only. A vLLM body's `sampling_params.n` caps the choices.
+//! compact rows only, `.npy` rows left as they are. A vLLM body's `sampling_params.n` caps the choices.
 //!
 //! **SGLang** (`/generate`). SGLang's P/D router sends the same body to both
 //! instances at once, with `bootstrap_host`, `bootstrap_port` and
@@ -112,10 +112,10 @@ pub enum Fault {
     /// A prefill whose rows end one prompt position short.
     ShortPrefill,
     /// Prompt rows zeroed: all of them but the last, and the later half of
-    /// the last one's layers (inline rows).
+    /// the last one's layers (compact rows).
     ZeroPrompt,
     /// One layer, drawn per position, of every completion row changed
-    /// (inline rows).
+    /// (compact rows).
     ScatterLayer,
 }
 
@@ -464,8 +464,8 @@ pub fn without_routing(mut response: Value) -> Value {
 }
 
 /// The rows faults on a vLLM answer for `request`: by handle only
-/// `short-prefill` applies (its last segment one row shorter); inline rows
-/// are rewritten in the form they came in.
+/// `short-prefill` applies (its last segment one row shorter); compact rows
+/// are rewritten; `.npy` rows, placed by the choice's counts, are left.
 fn wrong_rows(fault: Fault, request: &Request, response: &mut Value) {
     if !matches!(
         fault,
@@ -484,6 +484,11 @@ fn wrong_rows(fault: Fault, request: &Request, response: &mut Value) {
             if let Some(last) = last.max_by_key(|s| s["pos"].as_u64().unwrap_or(0)) {
                 last["rows"] = json!(last["rows"].as_u64().unwrap_or(1).saturating_sub(1));
             }
+        }
+        // Compact rows only: an `.npy` is placed by the choice's counts,
+        // which a changed row count would move.
+        if !choice[ROUTED_EXPERTS].is_object() {
+            continue;
         }
         let alone = json!({"choices": [{ROUTED_EXPERTS: choice[ROUTED_EXPERTS].clone()}]});
         let Ok(rows) = pd_stitch::gather::gather_from(&alone, 0, ROUTED_EXPERTS, &Store::memory())
@@ -520,36 +525,9 @@ fn wrong_rows(fault: Fault, request: &Request, response: &mut Value) {
         let seq = (data.len() / row.max(1)) as u64;
         let mut dims = vec![seq];
         dims.extend(&shape);
-        choice[ROUTED_EXPERTS] = match &choice[ROUTED_EXPERTS] {
-            Value::String(_) => json!(base64_encode(&npy(rows.dtype(), &dims, &data))),
-            _ => json!({"data": base64_encode(&data), "shape": dims, "start": start,
-                        "dtype": rows.dtype().name()}),
-        };
+        choice[ROUTED_EXPERTS] = json!({"data": base64_encode(&data), "shape": dims,
+                                        "start": start, "dtype": rows.dtype().name()});
     }
-}
-
-/// A version 1.0 `.npy` file of little-endian unsigned ids.
-fn npy(dtype: pd_stitch::algebra::Dtype, dims: &[u64], data: &[u8]) -> Vec<u8> {
-    let shape: Vec<String> = dims.iter().map(u64::to_string).collect();
-    let descr = format!(
-        "{}u{}",
-        if dtype.itemsize() == 1 { '|' } else { '<' },
-        dtype.itemsize()
-    );
-    let mut header = format!(
-        "{{'descr': '{descr}', 'fortran_order': False, 'shape': ({},), }}",
-        shape.join(", ")
-    )
-    .into_bytes();
-    while (10 + header.len() + 1) % 64 != 0 {
-        header.push(b' ');
-    }
-    header.push(b'\n');
-    let mut file = b"\x93NUMPY\x01\x00".to_vec();
-    file.extend_from_slice(&(header.len() as u16).to_le_bytes());
-    file.extend_from_slice(&header);
-    file.extend_from_slice(data);
-    file
 }
 
 /// SplitMix64's finalizer: the layer a position's noise falls in.

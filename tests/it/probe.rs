@@ -104,6 +104,7 @@ fn start(name: &str, faults: Faults) -> Deploy {
             strict: false,
             row_shape: Some((SGLANG_SHAPE.layers, SGLANG_SHAPE.top_k)),
             bootstrap_port: addrs[1].port(),
+            decode_start: true,
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -310,6 +311,7 @@ fn a_cut_one_early_is_a_boundary_difference() {
     let deploy = start(
         "short-prefill",
         Faults {
+            forms: Forms::One(pd_stitch::sim::Mode::Compact),
             prefill: Fault::ShortPrefill,
             ..Faults::default()
         },
@@ -389,7 +391,7 @@ fn one_layer_off_is_scattered() {
     let deploy = start(
         "scatter",
         Faults {
-            forms: Forms::One(pd_stitch::sim::Mode::Npy),
+            forms: Forms::One(pd_stitch::sim::Mode::Compact),
             decode: Fault::ScatterLayer,
             ..Faults::default()
         },

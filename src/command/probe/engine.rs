@@ -6,8 +6,6 @@
 //! or streamed. Either way an answer becomes one JSON response that
 //! `pd_stitch::compare` reads, with each choice's generated tokens beside it.
 
-use base64_simd::STANDARD;
-use pd_stitch::gather::{self, Store};
 use pd_stitch::ROUTED_EXPERTS;
 use serde_json::{json, Map, Value};
 
@@ -301,54 +299,33 @@ fn sglang_stream(events: &[Value]) -> Result<Value, String> {
     }
 }
 
-/// Places vLLM's inline `.npy` rows where vLLM 0.32 puts them: a choice's
-/// rows are END-ANCHORED, covering `[P + N - 1 - rows, P + N - 1)` for a
-/// prompt of `P` tokens and `N` generated, while the library's readers
-/// (this crate's version) read an `.npy` from position 0. Each such choice
-/// (its `N` from `token_ids`) gets compact rows at that start instead;
-/// anything else is left as it is. The one place `probe` does this: once
-/// the library places these rows itself from `usage.prompt_tokens` and
-/// `len(choices[i].token_ids)`, this becomes the identity.
+/// Where vLLM's inline `.npy` rows sit: vLLM 0.32's are END-ANCHORED,
+/// covering `[P + N - 1 - rows, P + N - 1)` for a prompt of `P` tokens and
+/// `N` generated, and the library's readers place them so from
+/// `usage.prompt_tokens` and the choice's `token_ids` (SPEC section 4a). A
+/// stream read without a usage event (a client that did not ask for
+/// `stream_options.include_usage`) gets the prompt length the request
+/// implies, so that its rows are placed as the whole answer's are. The one
+/// place `probe` decides where rows sit.
 pub fn place_rows(engine: Engine, answer: &mut Answer, prompt_len: u64) {
-    if engine != Engine::Vllm {
+    if engine != Engine::Vllm || answer.prompt_tokens.is_some() {
         return;
     }
-    let Some(choices) = answer
-        .response
-        .get_mut("choices")
-        .and_then(Value::as_array_mut)
-    else {
+    let Some(object) = answer.response.as_object_mut() else {
         return;
     };
-    for (choice, tokens) in choices.iter_mut().zip(&answer.tokens) {
-        let (Some(tokens), Some(Value::String(_))) = (tokens, choice.get(ROUTED_EXPERTS)) else {
-            continue;
-        };
-        let alone = json!({"choices": [{ROUTED_EXPERTS: choice[ROUTED_EXPERTS].clone()}]});
-        let Ok(rows) = gather::gather_from(&alone, 0, ROUTED_EXPERTS, &Store::memory()) else {
-            continue;
-        };
-        let end = prompt_len
-            .saturating_add(tokens.len() as u64)
-            .saturating_sub(1);
-        let Some(start) = end.checked_sub(rows.positions().len()) else {
-            continue;
-        };
-        if start == 0 {
-            continue;
-        }
-        choice[ROUTED_EXPERTS] = json!({
-            "data": STANDARD.encode_to_string(rows.data()),
-            "shape": rows.shape(),
-            "start": start,
-            "dtype": rows.dtype().name(),
-        });
+    let usage = object.entry("usage").or_insert_with(|| json!({}));
+    if let Some(usage) = usage.as_object_mut() {
+        usage.insert("prompt_tokens".into(), json!(prompt_len));
+        answer.prompt_tokens = Some(prompt_len);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64_simd::STANDARD;
+    use pd_stitch::gather::{self, Store};
 
     fn events(values: &[Value]) -> Vec<Vec<u8>> {
         let mut out: Vec<Vec<u8>> = values.iter().map(|v| v.to_string().into_bytes()).collect();
@@ -415,7 +392,7 @@ mod tests {
     #[test]
     fn end_anchored_npy_rows_are_placed_from_the_counts() {
         // An .npy of 2 rows of 1 x 1 uint8 ([7], [9]); prompt 4, 3 generated:
-        // rows [4 + 3 - 1 - 2, 6) = [4, 6).
+        // rows [4 + 3 - 1 - 2, 6) = [4, 6), by the library's reading.
         let npy = {
             let mut header =
                 b"{'descr': '|u1', 'fortran_order': False, 'shape': (2, 1, 1), }".to_vec();
@@ -429,17 +406,30 @@ mod tests {
             file.extend_from_slice(&[7, 9]);
             STANDARD.encode_to_string(&file)
         };
-        let response = json!({"choices": [{"token_ids": [1, 2, 3], "routed_experts": npy}],
-                              "usage": {"prompt_tokens": 4}});
-        let mut answer = Engine::Vllm.whole(response.to_string().as_bytes()).unwrap();
+        let placed = |response: &Value| {
+            let rows = gather::gather_from(response, 0, ROUTED_EXPERTS, &Store::memory()).unwrap();
+            (
+                rows.positions().start(),
+                rows.positions().end(),
+                rows.data().to_vec(),
+            )
+        };
+        // A stream without a usage event: the prompt length the request
+        // implies is filled in, and the rows are placed from it.
+        let stream = [
+            json!({"choices": [{"index": 0, "token_ids": [1, 2], "routed_experts": null}]}),
+            json!({"choices": [{"index": 0, "token_ids": [3], "routed_experts": npy}]}),
+        ];
+        let mut answer = Engine::Vllm.stream(&events(&stream)).unwrap();
+        assert_eq!(answer.prompt_tokens, None);
         place_rows(Engine::Vllm, &mut answer, 4);
-        assert_eq!(
-            answer.response["choices"][0]["routed_experts"],
-            json!({"data": "Bwk=", "shape": [2, 1, 1], "start": 4, "dtype": "uint8"})
-        );
-        // Rows that cover the whole sequence already start at 0: unchanged.
-        let mut whole = Engine::Vllm.whole(response.to_string().as_bytes()).unwrap();
-        place_rows(Engine::Vllm, &mut whole, 0);
-        assert_eq!(whole.response["choices"][0]["routed_experts"], npy);
+        assert_eq!(answer.prompt_tokens, Some(4));
+        assert_eq!(placed(&answer.response), (4, 6, vec![7, 9]));
+        // A usage the answer reports is kept.
+        let whole = json!({"choices": [{"token_ids": [1, 2, 3], "routed_experts": npy}],
+                           "usage": {"prompt_tokens": 5}});
+        let mut answer = Engine::Vllm.whole(whole.to_string().as_bytes()).unwrap();
+        place_rows(Engine::Vllm, &mut answer, 4);
+        assert_eq!(placed(&answer.response), (5, 7, vec![7, 9]));
     }
 }
