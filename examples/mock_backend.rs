@@ -222,8 +222,9 @@ pub const SGLANG_SHAPE: Shape = Shape {
 /// The most recent requests' answers, oldest first out.
 #[derive(Default)]
 struct Cache {
-    answers: HashMap<usize, Arc<Responses>>,
-    order: VecDeque<usize>,
+    /// By request index and prompt length.
+    answers: HashMap<(usize, u64), Arc<Responses>>,
+    order: VecDeque<(usize, u64)>,
 }
 
 /// How many requests' answers the cache keeps: enough for the requests in
@@ -328,11 +329,17 @@ impl Deployment {
     /// The simulator's answers for request `index` in its form, writing its
     /// files the first time.
     pub fn answers(&self, index: usize) -> std::io::Result<Arc<Responses>> {
-        if let Some(hit) = self.cache().answers.get(&index).cloned() {
+        self.answers_for(Request::draw(self.seed, index))
+    }
+
+    /// The simulator's answers for `request` (one [`simulated`] made), in
+    /// its index's form, writing its files the first time.
+    pub fn answers_for(&self, request: Request) -> std::io::Result<Arc<Responses>> {
+        let (index, key) = (request.index, (request.index, request.prompt));
+        if let Some(hit) = self.cache().answers.get(&key).cloned() {
             return Ok(hit);
         }
         let mode = self.forms.of(index);
-        let request = Request::draw(self.seed, index);
         let forms = request.write(&mut Store::Dir(self.dir.clone()))?;
         let responses = forms
             .into_iter()
@@ -340,8 +347,8 @@ impl Deployment {
             .map(|(_, r)| Arc::new(r))
             .ok_or_else(|| std::io::Error::other("the simulator wrote no such form"))?;
         let mut cache = self.cache();
-        if cache.answers.insert(index, responses.clone()).is_none() {
-            cache.order.push_back(index);
+        if cache.answers.insert(key, responses.clone()).is_none() {
+            cache.order.push_back(key);
         }
         while cache.order.len() > CACHE {
             if let Some(old) = cache.order.pop_front() {
@@ -350,6 +357,26 @@ impl Deployment {
         }
         Ok(responses)
     }
+}
+
+/// The simulated request a vLLM body stands for: request `index` of the
+/// seed, its prompt as long as the body's `token_ids` when they say
+/// otherwise (a client such as `pd-stitch probe` sends prompts of its own,
+/// and a later turn's prompt grows by the turn before's completion; the
+/// router sends the decode its start from that length). Split points past
+/// the prompt are dropped; the files are still named by the index.
+pub fn simulated(seed: u64, index: usize, body: &Value) -> Request {
+    let mut request = Request::draw(seed, index);
+    let sent = body
+        .get("token_ids")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len) as u64;
+    if sent > 0 && sent != request.prompt {
+        request.prompt = sent;
+        request.prefill_splits.retain(|&split| split < sent);
+        request.prompt_start = request.prompt_start.min(sent - 1);
+    }
+    request
 }
 
 /// One mock instance.
@@ -585,7 +612,8 @@ async fn generate(State(mock): State<Arc<Mock>>, body: Bytes) -> Response {
     }
     // Writing the files is blocking I/O: off the async workers.
     let deployment = mock.deployment.clone();
-    let answers = match tokio::task::spawn_blocking(move || deployment.answers(index)).await {
+    let request = simulated(deployment.seed, index, &body);
+    let answers = match tokio::task::spawn_blocking(move || deployment.answers_for(request)).await {
         Ok(Ok(answers)) => answers,
         Ok(Err(e)) => return error(StatusCode::INTERNAL_SERVER_ERROR, format!("mock: {e}")),
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, format!("mock: {e}")),
@@ -608,7 +636,7 @@ async fn generate(State(mock): State<Arc<Mock>>, body: Bytes) -> Response {
     if mock.fault == Fault::NoRouting {
         response = without_routing(response);
     }
-    let request = Request::draw(mock.deployment.seed, index);
+    let request = simulated(mock.deployment.seed, index, &body);
     wrong_rows(mock.fault, &request, &mut response);
     if let Some(n) = body["sampling_params"]["n"].as_u64() {
         if let Some(choices) = response["choices"].as_array_mut() {
@@ -675,7 +703,7 @@ fn vllm_decode_rows(
     body: &Value,
     response: &mut Value,
 ) -> Result<(), String> {
-    let request = Request::draw(deployment.seed, index);
+    let request = simulated(deployment.seed, index, body);
     let start = body
         .pointer("/sampling_params/routed_experts_prompt_start")
         .and_then(Value::as_u64)
