@@ -221,4 +221,12 @@ fixture_args=()
     --answers "$out/answers" \
     --startup "colocated=${ready_after[colocated]},prefill=${ready_after[prefill]},decode=${ready_after[decode]}" \
     "${fixture_args[@]+"${fixture_args[@]}"}"
+
+# The seed's validation as a user runs it (issue 35): `pd-stitch probe
+# --engine sglang` against the colocated server and the router, two-turn
+# episodes, streamed and not, rows checked for rows no engine produces.
+say "pd-stitch probe"
+"$cli_bin" probe --engine sglang --colocated "http://127.0.0.1:$port_colo" --pd "http://127.0.0.1:$port_router" \
+    --config "$model/config.json" --row-shape 3x2 --requests 8 --prompt-len 2..230 --max-tokens 8 \
+    --turns 2 --stream both --concurrency 2 --timeout 120 --quiet
 say "passed"
