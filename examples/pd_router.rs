@@ -495,7 +495,22 @@ pub fn prefill_request(request: &Value) -> Result<Value, Failure> {
         ));
     };
     object.insert("stream".into(), Value::Bool(false));
-    let params = object
+    let params = sampling_params(object)?;
+    params.insert("max_tokens".into(), json!(1));
+    if let Some(min) = params.get_mut("min_tokens") {
+        if min.as_u64().is_none_or(|m| m > 1) {
+            *min = json!(1);
+        }
+    }
+    Ok(prefill)
+}
+
+/// The request's `sampling_params`, made an empty object when absent; a 400
+/// when it is something else.
+fn sampling_params(
+    request: &mut serde_json::Map<String, Value>,
+) -> Result<&mut serde_json::Map<String, Value>, Failure> {
+    request
         .entry("sampling_params")
         .or_insert_with(|| json!({}))
         .as_object_mut()
@@ -505,14 +520,7 @@ pub fn prefill_request(request: &Value) -> Result<Value, Failure> {
                 "invalid_request",
                 "sampling_params must be a JSON object",
             )
-        })?;
-    params.insert("max_tokens".into(), json!(1));
-    if let Some(min) = params.get_mut("min_tokens") {
-        if min.as_u64().is_none_or(|m| m > 1) {
-            *min = json!(1);
-        }
-    }
-    Ok(prefill)
+        })
 }
 
 /// A source of bootstrap rooms: distinct for the life of the process, and
@@ -618,17 +626,7 @@ pub fn decode_request(
                  gives the prompt's length, which the decode's routed_experts_prompt_start needs",
             )
         })?;
-    let params = object
-        .entry("sampling_params")
-        .or_insert_with(|| json!({}))
-        .as_object_mut()
-        .ok_or_else(|| {
-            Failure::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_request",
-                "sampling_params must be a JSON object",
-            )
-        })?;
+    let params = sampling_params(object)?;
     let asked = params
         .get(PROMPT_START)
         .and_then(Value::as_u64)

@@ -5,7 +5,7 @@
 //! is judged by the crate. Which pairs are ambiguous without a row shape is
 //! the SPEC's closed form, written out here, not the crate's solver.
 
-use crate::support::config;
+use crate::support::{config, merge_both};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use pd_stitch::algebra::PositionProblem;
@@ -207,29 +207,6 @@ fn shape() -> impl Strategy<Value = Shape> {
 
 fn api() -> impl Strategy<Value = Api> {
     prop_oneof![Just(Api::Generate), Just(Api::Sglext), Just(Api::SglExt)]
-}
-
-/// The merge through the `Value` and the bytes path, which must agree.
-fn merge_both(stitcher: &Stitcher, prefill: &Value, decode: &Value) -> Result<Value, Error> {
-    let mut value = decode.clone();
-    let got = stitcher.merge(prefill, &mut value, Stitch::ForPd);
-    let p = serde_json::to_vec(prefill).unwrap();
-    let mut d = serde_json::to_vec(decode).unwrap();
-    let before = d.clone();
-    let got_bytes = stitcher.merge_bytes(&p, &mut d, Stitch::ForPd);
-    match (&got, &got_bytes) {
-        (Ok(a), Ok(b)) => {
-            assert_eq!(a, b);
-            assert_eq!(serde_json::from_slice::<Value>(&d).unwrap(), value);
-        }
-        (Err(a), Err(b)) => {
-            assert_eq!(a, b);
-            assert_eq!(&value, decode, "an error changed the decode");
-            assert_eq!(d, before, "an error changed the decode's bytes");
-        }
-        _ => panic!("Value {got:?} but bytes {got_bytes:?}"),
-    }
-    got.map(|_| value)
 }
 
 // ----------------------------------------------------------------------------

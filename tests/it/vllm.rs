@@ -10,7 +10,7 @@ use crate::support::{npy_read, npy_write};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use pd_stitch::algebra::PositionProblem;
-use pd_stitch::{Error, ErrorKind, Stitch, Stitcher};
+use pd_stitch::{Error, ErrorKind, Stitcher};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
@@ -115,29 +115,8 @@ fn pairs() -> impl Strategy<Value = Pair> {
         })
 }
 
-/// Merges through the `Value` and the bytes path, which must agree (and on
-/// an error, leave the decode as it was).
 fn merge_both(prefill: &Value, decode: &Value) -> Result<Value, Error> {
-    let stitcher = Stitcher::new();
-    let mut value = decode.clone();
-    let got = stitcher.merge(prefill, &mut value, Stitch::ForPd);
-    let p = serde_json::to_vec(prefill).unwrap();
-    let mut d = serde_json::to_vec(decode).unwrap();
-    let before = d.clone();
-    let got_bytes = stitcher.merge_bytes(&p, &mut d, Stitch::ForPd);
-    match (&got, &got_bytes) {
-        (Ok(a), Ok(b)) => {
-            assert_eq!(a, b);
-            assert_eq!(serde_json::from_slice::<Value>(&d).unwrap(), value);
-        }
-        (Err(a), Err(b)) => {
-            assert_eq!(a, b);
-            assert_eq!(&value, decode, "an error changed the decode");
-            assert_eq!(d, before, "an error changed the decode's bytes");
-        }
-        _ => panic!("Value {got:?} but bytes {got_bytes:?}"),
-    }
-    got.map(|_| value)
+    crate::support::merge_both(&Stitcher::new(), prefill, decode)
 }
 
 /// A merged choice's rows, read with the test's own reader: (rows, bytes).

@@ -708,3 +708,32 @@ pub fn arbitrary_pair(disjoint: bool) -> impl Strategy<Value = Pair> {
         })
         .prop_map(|(prefill, decode)| Pair { prefill, decode })
 }
+
+/// Merges `prefill` into `decode` through the `Value` and the bytes path
+/// (`Stitch::ForPd`), which must agree, and on an error leave the decode as
+/// it was; the merged decode, or the error.
+pub fn merge_both(
+    stitcher: &pd_stitch::Stitcher,
+    prefill: &Value,
+    decode: &Value,
+) -> Result<Value, pd_stitch::Error> {
+    let mut value = decode.clone();
+    let got = stitcher.merge(prefill, &mut value, pd_stitch::Stitch::ForPd);
+    let p = serde_json::to_vec(prefill).unwrap();
+    let mut d = serde_json::to_vec(decode).unwrap();
+    let before = d.clone();
+    let got_bytes = stitcher.merge_bytes(&p, &mut d, pd_stitch::Stitch::ForPd);
+    match (&got, &got_bytes) {
+        (Ok(a), Ok(b)) => {
+            assert_eq!(a, b);
+            assert_eq!(serde_json::from_slice::<Value>(&d).unwrap(), value);
+        }
+        (Err(a), Err(b)) => {
+            assert_eq!(a, b);
+            assert_eq!(&value, decode, "an error changed the decode");
+            assert_eq!(d, before, "an error changed the decode's bytes");
+        }
+        _ => panic!("Value {got:?} but bytes {got_bytes:?}"),
+    }
+    got.map(|_| value)
+}
