@@ -277,11 +277,13 @@ pub(crate) fn merged_dict<'py>(
             continue;
         };
         let copy = choice.copy()?;
+        // Only what the merge writes: the skeleton's other members (a
+        // `token_ids` of nulls, which only counts) are not the choice's.
         for (key, value) in fields {
-            if key == "sgl_ext" {
-                set_rows(py, &copy, key, value)?;
-            } else {
-                copy.set_item(key, to_python(py, value)?)?;
+            match key.as_str() {
+                "sgl_ext" => set_rows(py, &copy, key, value)?,
+                "payload" | "routed_experts" => copy.set_item(key, to_python(py, value)?)?,
+                _ => {}
             }
         }
         choices.append(copy)?;
