@@ -174,18 +174,28 @@ STITCHED = ("routed_experts", "routed_expert_weights")
 
 
 def rows_choices(body):
-    """The choices of the events that carry rows, as one response."""
-    choices = []
+    """The choices of the events that carry rows, as one response: with each
+    choice's tokens summed over its events and the usage event's counts,
+    which place a vLLM 0.32 .npy (docs/SPEC.md 4a)."""
+    choices, tokens, usage = [], {}, None
     for data in events(body):
         if data == b"[DONE]":
             continue
-        for choice in json.loads(data).get("choices", []):
+        event = json.loads(data)
+        usage = event.get("usage") or usage
+        for choice in event.get("choices", []):
+            index = choice.get("index", 0)
+            tokens.setdefault(index, []).extend(choice.get("token_ids") or [])
             stitched = [item for item in choice.get("payload") or []
                         if isinstance(item, dict) and item.get("field") in STITCHED]
             if choice.get("routed_experts") is not None or stitched:
-                choice = {k: v for k, v in choice.items() if k not in ("index", "finish_reason")}
-                choices.append(choice)
-    return json.dumps({"choices": choices}).encode()
+                choices.append(dict(choice))
+    for choice in choices:
+        index = choice.pop("index", 0)
+        choice.pop("finish_reason", None)
+        if isinstance(choice.get("token_ids"), list):
+            choice["token_ids"] = tokens[index]
+    return json.dumps({"choices": choices, "usage": usage}).encode()
 
 
 def test_a_stream_is_stitched_and_equals_a_direct_merge(backends):
