@@ -233,5 +233,5 @@ fixture_args=()
 say "pd-stitch probe"
 "$cli_bin" probe --engine sglang --colocated "http://127.0.0.1:$port_colo" --pd "http://127.0.0.1:$port_router" \
     --config "$model/config.json" --row-shape 3x2 --requests 16 --prompt-len 2..230 --max-tokens 8 \
-    --turns 1 --stream both --concurrency 2 --timeout 120 --quiet
+    --turns 1 --stream both --concurrency 1 --timeout 120 --quiet
 say "passed"
