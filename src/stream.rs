@@ -1,8 +1,7 @@
 //! Streamed responses: a sans-IO stitcher of a decode's server-sent events.
 //!
-//! Under P/D the prefill's response is complete before the decode's stream
-//! starts, and the engines put the whole of a choice's routed experts on
-//! **one** event of the stream (vLLM `/inference/v1/generate`: the chunk on
+//! Under P/D the engines put the whole of a choice's routed experts on
+//! **one** event of the decode's stream (vLLM `/inference/v1/generate`: the chunk on
 //! which routing becomes available, at stop, carries
 //! `choices[i].routed_experts`; SGLang: `meta_info.routed_experts` on the
 //! finished chunk of `/generate`, a separate `{"choices": [], "sglext":
@@ -16,6 +15,15 @@
 //! `httparse`: the router feeds it each chunk of the decode's body as it
 //! arrives and sends on what it appends to `out`; [`StreamStitcher::finish`]
 //! ends the stream.
+//!
+//! The prefill need not have answered when the stream starts. vLLM's router
+//! sends the decode its request after the prefill's answer, but SGLang's
+//! sends both at once, and its prefill's answer completes about when the
+//! decode's first byte comes, often later (SPEC section 10).
+//! [`StreamStitcher::awaiting_prefill`] passes every event on at once, and
+//! holds only the rows event, and what follows it, until
+//! [`StreamStitcher::give_prefill`]: the bytes out are the same whenever the
+//! prefill comes.
 //!
 //! ```
 //! use pd_stitch::{stream::StreamStitcher, Stitcher};
@@ -103,7 +111,15 @@ const BOM: &[u8] = b"\xEF\xBB\xBF";
 #[derive(Debug)]
 pub struct StreamStitcher {
     stitcher: Stitcher,
-    prefill: Vec<u8>,
+    /// The prefill's whole response, once given.
+    prefill: Option<Vec<u8>>,
+    /// While the prefill is not given: the bytes of the stream from the
+    /// first event that carries rows on, held until it is (read again
+    /// then, from that event's start).
+    held: Vec<u8>,
+    /// Whether `held` is in use: an event that carries rows came before the
+    /// prefill.
+    holding: bool,
     /// The bytes of the event being read (its start not yet complete).
     pending: Vec<u8>,
     /// Where the line-end scan of `pending` stands.
@@ -129,7 +145,9 @@ pub struct StreamStitcher {
     /// The generated tokens seen so far, per choice, when the prefill's
     /// rows are a `.npy` placed by counts (vLLM 0.32): a streamed choice's
     /// `token_ids` is each event's own, so its count on the rows event is
-    /// the sum over the stream (SPEC section 11, "Counts").
+    /// the sum over the stream (SPEC section 11, "Counts"). While the
+    /// prefill is not given, tokens are counted in case it is such a
+    /// `.npy` (`prompt` 0 until then).
     tokens: Option<Tokens>,
 }
 
@@ -182,6 +200,16 @@ impl Tokens {
             })
             .collect()
     }
+}
+
+/// What became of a complete event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Done {
+    /// Appended to `out`, as it came or stitched.
+    Passed,
+    /// It carries rows and the prefill is not given yet: nothing appended,
+    /// nothing counted; it is read again once the prefill is given.
+    Waits,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -315,17 +343,52 @@ impl StreamStitcher {
     ///
     /// [`Error::Json`] (side prefill) when `prefill` is not JSON.
     pub fn new(stitcher: Stitcher, prefill: impl Into<Vec<u8>>) -> Result<StreamStitcher, Error> {
-        let prefill = prefill.into();
-        let doc = bytes::scan(Side::Prefill, &prefill)?;
-        let tokens = anchor::counted_prefill(ScannedValue::root(&doc)).map(|prompt| Tokens {
-            prompt,
-            by_index: Vec::new(),
-        });
-        drop(doc);
-        let prefill_breaks = memchr::memchr2(b'\n', b'\r', &prefill).is_some();
-        Ok(StreamStitcher {
+        let mut stream = StreamStitcher::awaiting_prefill(stitcher);
+        stream.take_prefill(prefill.into())?;
+        Ok(stream)
+    }
+
+    /// A stitcher of one decode stream whose prefill response comes later,
+    /// by [`give_prefill`](StreamStitcher::give_prefill): for a router that
+    /// sends both instances the request at once (SGLang's P/D), whose
+    /// prefill may answer after the decode's first bytes.
+    ///
+    /// Until the prefill is given, every event that carries no rows passes
+    /// through at once, as [`new`](StreamStitcher::new)'s would; the first
+    /// event that carries rows, and every byte after it, wait (in order)
+    /// and go out stitched from the call that gives the prefill. Once it is
+    /// given, the stitcher is the one `new` would have made: the bytes out,
+    /// over the whole stream, are the same whenever the prefill comes.
+    /// [`finish`](StreamStitcher::finish) before the prefill is given is
+    /// [`Error::StreamPrefillMissing`].
+    ///
+    /// ```
+    /// use pd_stitch::{stream::StreamStitcher, Stitcher};
+    ///
+    /// let mut stream = StreamStitcher::awaiting_prefill(Stitcher::new());
+    /// let mut out = Vec::new();
+    /// // A token event goes out before the prefill has answered.
+    /// stream.feed(b"data: {\"choices\": [{\"index\": 0, \"token_ids\": [7]}]}\n\n", &mut out)?;
+    /// assert_eq!(out, b"data: {\"choices\": [{\"index\": 0, \"token_ids\": [7]}]}\n\n");
+    /// // The rows event waits for it, and so does what follows.
+    /// out.clear();
+    /// stream.feed(b"data: {\"choices\": [{\"index\": 0, \"routed_experts\": {\"data\": \"AAAABAUG\", \"shape\": [2, 1, 3], \"start\": 0, \"dtype\": \"uint8\"}}]}\n\ndata: [DONE]\n\n", &mut out)?;
+    /// assert!(out.is_empty());
+    /// let prefill = br#"{"choices": [{"routed_experts": {"data": "AQID", "shape": [1, 1, 3], "start": 0, "dtype": "uint8"}}]}"#;
+    /// stream.give_prefill(&prefill[..], &mut out)?;
+    /// stream.finish(&mut out)?;
+    /// assert_eq!(
+    ///     out,
+    ///     &b"data: {\"choices\": [{\"index\": 0, \"routed_experts\": {\"data\": \"AQIDBAUG\", \"shape\": [2,1,3], \"start\": 0, \"dtype\": \"uint8\"}}]}\n\ndata: [DONE]\n\n"[..]
+    /// );
+    /// # Ok::<(), pd_stitch::Error>(())
+    /// ```
+    pub fn awaiting_prefill(stitcher: Stitcher) -> StreamStitcher {
+        StreamStitcher {
             stitcher,
-            prefill,
+            prefill: None,
+            held: Vec::new(),
+            holding: false,
             pending: Vec::new(),
             scan: Scan::START,
             started: false,
@@ -335,9 +398,78 @@ impl StreamStitcher {
             seen: Vec::new(),
             state: State::Open,
             data: Vec::new(),
-            prefill_breaks,
-            tokens,
-        })
+            prefill_breaks: false,
+            // Counted until the prefill says whether its rows need them.
+            tokens: Some(Tokens {
+                prompt: 0,
+                by_index: Vec::new(),
+            }),
+        }
+    }
+
+    /// Gives the prefill's whole (non-streamed) response body to a stitcher
+    /// made by [`awaiting_prefill`](StreamStitcher::awaiting_prefill), and
+    /// appends to `out` what was waiting for it: the event that carries
+    /// rows, stitched, and every complete event after it.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::Json`] (side prefill) when `prefill` is not JSON.
+    /// - [`Error::StreamPrefillRepeated`]: a prefill was given already (or
+    ///   to [`new`](StreamStitcher::new)).
+    /// - The errors of [`feed`](StreamStitcher::feed), met by the events
+    ///   that waited.
+    /// - [`Error::StreamClosed`]: the stitcher failed before, or was
+    ///   finished.
+    ///
+    /// After an error the stitcher is failed, as after `feed`'s.
+    pub fn give_prefill(
+        &mut self,
+        prefill: impl Into<Vec<u8>>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), Error> {
+        self.check_open()?;
+        let result = self.give_open(prefill.into(), out);
+        if result.is_err() {
+            self.fail();
+        }
+        result
+    }
+
+    /// Whether the prefill's response has been given.
+    pub fn has_prefill(&self) -> bool {
+        self.prefill.is_some()
+    }
+
+    fn give_open(&mut self, prefill: Vec<u8>, out: &mut Vec<u8>) -> Result<(), Error> {
+        self.take_prefill(prefill)?;
+        if self.holding {
+            self.holding = false;
+            let held = std::mem::take(&mut self.held);
+            self.feed_open(&held, out)?;
+        }
+        Ok(())
+    }
+
+    /// Reads and keeps the prefill: whether its rows are placed by counts
+    /// (tokens are then counted on), and whether it holds a line break.
+    fn take_prefill(&mut self, prefill: Vec<u8>) -> Result<(), Error> {
+        if self.prefill.is_some() {
+            return Err(Error::StreamPrefillRepeated {});
+        }
+        let doc = bytes::scan(Side::Prefill, &prefill)?;
+        let counted = anchor::counted_prefill(ScannedValue::root(&doc));
+        drop(doc);
+        // The tokens counted while it was awaited are kept for a `.npy`
+        // placed by counts, and dropped (with the counting) otherwise.
+        let seen = self.tokens.take().map(|t| t.by_index).unwrap_or_default();
+        self.tokens = counted.map(|prompt| Tokens {
+            prompt,
+            by_index: seen,
+        });
+        self.prefill_breaks = memchr::memchr2(b'\n', b'\r', &prefill).is_some();
+        self.prefill = Some(prefill);
+        Ok(())
     }
 
     /// Reads `chunk`, the next bytes of the decode's stream, and appends to
@@ -375,10 +507,20 @@ impl StreamStitcher {
     /// - [`Error::StreamUnfinished`]: the stream ended inside an event that
     ///   may carry rows (by the prefilter of the [module](self)): the rows
     ///   could not be stitched. Nothing of it is appended.
+    /// - [`Error::StreamPrefillMissing`]: a stitcher made by
+    ///   [`awaiting_prefill`](StreamStitcher::awaiting_prefill) was never
+    ///   given the prefill. What waited for it is not appended.
     /// - [`Error::StreamClosed`]: the stitcher failed before, or was
     ///   finished.
     pub fn finish(&mut self, out: &mut Vec<u8>) -> Result<(), Error> {
         self.check_open()?;
+        if self.prefill.is_none() {
+            let err = Error::StreamPrefillMissing {
+                held: (self.held.len() + self.pending.len()) as u64,
+            };
+            self.fail();
+            return Err(err);
+        }
         if may_carry_rows(&self.pending) {
             let err = Error::StreamUnfinished {
                 offset: self.offset,
@@ -394,16 +536,22 @@ impl StreamStitcher {
         Ok(())
     }
 
-    /// How many bytes the stitcher holds: those of the event it is reading.
+    /// How many bytes of the stream the stitcher holds: those of the event
+    /// it is reading, and while the prefill is awaited, those from the
+    /// first event that carries rows on.
     pub fn buffered(&self) -> usize {
-        self.pending.len()
+        self.pending.len() + self.held.len()
     }
 
     /// The capacity of the stitcher's buffers, in bytes: what it keeps
     /// allocated, bounded by a small multiple of the largest event it has
-    /// read (and the prefill, which it keeps).
+    /// read (and the prefill, which it keeps), plus what waits for the
+    /// prefill while it is awaited.
     pub fn capacity(&self) -> usize {
-        self.pending.capacity() + self.data.capacity() + self.prefill.capacity()
+        self.pending.capacity()
+            + self.data.capacity()
+            + self.held.capacity()
+            + self.prefill.as_ref().map_or(0, Vec::capacity)
     }
 
     /// How many events have been completed so far.
@@ -433,9 +581,16 @@ impl StreamStitcher {
         self.state = State::Failed;
         self.pending = Vec::new();
         self.data = Vec::new();
+        self.held = Vec::new();
     }
 
     fn feed_open(&mut self, mut input: &[u8], out: &mut Vec<u8>) -> Result<(), Error> {
+        if self.holding {
+            // Everything after a rows event waits with it: nothing is
+            // reordered.
+            self.held.extend_from_slice(input);
+            return Ok(());
+        }
         if !self.started {
             // A byte-order mark, which may arrive a byte at a time, is
             // passed on before the first event: it is not part of its line.
@@ -516,7 +671,9 @@ impl StreamStitcher {
                 input = &input[run..];
                 match end {
                     Some(end) => {
-                        self.event(&input[..end], scan.lines, Some(true), out)?;
+                        if self.event(&input[..end], scan.lines, Some(true), out)? == Done::Waits {
+                            return Ok(self.hold(&[], input));
+                        }
                         input = &input[end..];
                         suspect = self.suspect(input);
                     }
@@ -534,10 +691,15 @@ impl StreamStitcher {
                         input = &input[end..];
                         let event = std::mem::take(&mut self.pending);
                         let result = self.event(&event, scan.lines, None, out);
+                        if let Ok(Done::Waits) = result {
+                            self.hold(&event, input);
+                        }
                         self.pending = event;
                         self.pending.clear();
                         self.scan = Scan::START;
-                        result?;
+                        if result? == Done::Waits {
+                            return Ok(());
+                        }
                         suspect = self.suspect(input);
                     }
                     None => {
@@ -550,29 +712,39 @@ impl StreamStitcher {
         }
     }
 
+    /// Holds for the prefill an event that carries rows (the start of
+    /// it in `event`, its rest and all that follows in `input`).
+    fn hold(&mut self, event: &[u8], input: &[u8]) {
+        self.holding = true;
+        self.held.clear();
+        self.held.extend_from_slice(event);
+        self.held.extend_from_slice(input);
+    }
+
     /// One complete event (its blank line's first line-end byte included),
     /// of `lines` lines (its blank line included): appended as it is, or
-    /// stitched. `suspect` is the prefilter's answer, when it is known
-    /// already.
+    /// stitched; or, when it carries rows and the prefill is not given
+    /// yet, nothing done (it waits). `suspect` is the prefilter's answer,
+    /// when it is known already.
     fn event(
         &mut self,
         event: &[u8],
         lines: usize,
         suspect: Option<bool>,
         out: &mut Vec<u8>,
-    ) -> Result<(), Error> {
+    ) -> Result<Done, Error> {
         let number = self.events;
         let offset = self.offset;
         let suspect = suspect.unwrap_or_else(|| self.suspect(event) < event.len());
-        if suspect {
-            self.stitch_event(event, lines, number, offset, out)?;
-        } else {
+        if suspect && self.stitch_event(event, lines, number, offset, out)? == Done::Waits {
+            return Ok(Done::Waits);
+        } else if !suspect {
             out.extend_from_slice(event);
         }
         self.after_blank_cr = event.last() == Some(&b'\r');
         self.events += 1;
         self.offset += event.len() as u64;
-        Ok(())
+        Ok(Done::Passed)
     }
 
     /// An event that may carry rows: parsed, and stitched when it does.
@@ -583,7 +755,7 @@ impl StreamStitcher {
         number: u64,
         offset: u64,
         out: &mut Vec<u8>,
-    ) -> Result<(), Error> {
+    ) -> Result<Done, Error> {
         let mut data = std::mem::take(&mut self.data);
         let result = self.stitch_with(event, lines, number, offset, &mut data, out);
         data.clear();
@@ -599,7 +771,7 @@ impl StreamStitcher {
         offset: u64,
         data: &mut Vec<u8>,
         out: &mut Vec<u8>,
-    ) -> Result<(), Error> {
+    ) -> Result<Done, Error> {
         data.clear();
         // One line and the blank line (the usual event): that line, and its
         // line end, known without a scan of the event (the framing's scan
@@ -616,7 +788,7 @@ impl StreamStitcher {
         };
         let Some(joined) = joined else {
             out.extend_from_slice(event);
-            return Ok(());
+            return Ok(Done::Passed);
         };
         let joined: &[u8] = match joined {
             Some(value) => value,
@@ -630,13 +802,13 @@ impl StreamStitcher {
             Ok(doc) => doc,
             Err(_) if std::str::from_utf8(joined).is_ok() => {
                 out.extend_from_slice(event);
-                return Ok(());
+                return Ok(Done::Passed);
             }
             Err(_) => {
                 lossy = String::from_utf8_lossy(joined).into_owned();
                 let Ok(doc) = Doc::scan(lossy.as_bytes()) else {
                     out.extend_from_slice(event);
-                    return Ok(());
+                    return Ok(Done::Passed);
                 };
                 doc
             }
@@ -649,8 +821,11 @@ impl StreamStitcher {
                 tokens.add(root);
             }
             out.extend_from_slice(event);
-            return Ok(());
+            return Ok(Done::Passed);
         }
+        let Some(prefill) = self.prefill.as_deref() else {
+            return Ok(Done::Waits);
+        };
         for &slot in &slots {
             if let Some(&(_, first)) = self.seen.iter().find(|(s, _)| *s == slot) {
                 return Err(Error::StreamRowsRepeated {
@@ -662,16 +837,12 @@ impl StreamStitcher {
             }
         }
         // Text known to hold no line break: the prefill's, when it has none.
-        let clean: &[u8] = if self.prefill_breaks {
-            &[]
-        } else {
-            &self.prefill
-        };
+        let clean: &[u8] = if self.prefill_breaks { &[] } else { prefill };
         // A vLLM `.npy` is placed by the tokens of the whole stream so far.
         let counts = self.tokens.as_ref().map(|tokens| tokens.counts(root));
         let mut spec = self.stitcher.spec(Stitch::ForPd);
         spec.decode_counts = counts.as_deref();
-        let merged = bytes::merge_doc_with(spec, &self.prefill, &doc, |stitched| match single {
+        let merged = bytes::merge_doc_with(spec, prefill, &doc, |stitched| match single {
             // One data line, and a merged text without a line break
             // (the decode's line has none; the merge's new text is
             // checked): written straight into `out`, as `reframe`
@@ -714,7 +885,7 @@ impl StreamStitcher {
         if let Some(tokens) = &mut self.tokens {
             tokens.add(root);
         }
-        Ok(())
+        Ok(Done::Passed)
     }
 }
 

@@ -70,6 +70,10 @@ pub enum ErrorKind {
     StreamUnstitched,
     /// [`Error::StreamUnfinished`](crate::Error::StreamUnfinished).
     StreamUnfinished,
+    /// [`Error::StreamPrefillMissing`](crate::Error::StreamPrefillMissing).
+    StreamPrefillMissing,
+    /// [`Error::StreamPrefillRepeated`](crate::Error::StreamPrefillRepeated).
+    StreamPrefillRepeated,
     /// [`Error::StreamClosed`](crate::Error::StreamClosed).
     StreamClosed,
     /// [`Error::Positions`](crate::Error::Positions).
@@ -78,7 +82,7 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// Every kind, in the order of the variants of [`Error`](crate::Error).
-    pub const ALL: [ErrorKind; 21] = [
+    pub const ALL: [ErrorKind; 23] = [
         ErrorKind::Structure,
         ErrorKind::Integer,
         ErrorKind::Dtype,
@@ -98,6 +102,8 @@ impl ErrorKind {
         ErrorKind::StreamRowsRepeated,
         ErrorKind::StreamUnstitched,
         ErrorKind::StreamUnfinished,
+        ErrorKind::StreamPrefillMissing,
+        ErrorKind::StreamPrefillRepeated,
         ErrorKind::StreamClosed,
         ErrorKind::Positions,
     ];
@@ -124,6 +130,8 @@ impl ErrorKind {
             ErrorKind::StreamRowsRepeated => "StreamRowsRepeated",
             ErrorKind::StreamUnstitched => "StreamUnstitched",
             ErrorKind::StreamUnfinished => "StreamUnfinished",
+            ErrorKind::StreamPrefillMissing => "StreamPrefillMissing",
+            ErrorKind::StreamPrefillRepeated => "StreamPrefillRepeated",
             ErrorKind::StreamClosed => "StreamClosed",
             ErrorKind::Positions => "Positions",
         }

@@ -295,6 +295,20 @@ pub enum Error {
         /// How many bytes of it arrived.
         len: u64,
     },
+    /// A streamed decode finished before its prefill was given
+    /// ([`StreamStitcher::awaiting_prefill`](crate::stream::StreamStitcher::awaiting_prefill)):
+    /// the prefill never came. `held` bytes (the event that carries rows and
+    /// every byte after it) were waiting for it and are not appended.
+    #[non_exhaustive]
+    #[error("the stream ended before the prefill's response was given ({held} bytes, from the event that carries rows on, were waiting for it)")]
+    StreamPrefillMissing {
+        /// How many bytes of the stream were held for the prefill.
+        held: u64,
+    },
+    /// A streamed decode given a prefill response when it already had one.
+    #[non_exhaustive]
+    #[error("the stream stitcher was given a prefill response twice")]
+    StreamPrefillRepeated {},
     /// A streamed decode fed (or finished) again after it failed or was
     /// finished.
     #[non_exhaustive]
@@ -341,6 +355,8 @@ impl Error {
             Error::StreamRowsRepeated { .. } => ErrorKind::StreamRowsRepeated,
             Error::StreamUnstitched { .. } => ErrorKind::StreamUnstitched,
             Error::StreamUnfinished { .. } => ErrorKind::StreamUnfinished,
+            Error::StreamPrefillMissing { .. } => ErrorKind::StreamPrefillMissing,
+            Error::StreamPrefillRepeated { .. } => ErrorKind::StreamPrefillRepeated,
             Error::StreamClosed { .. } => ErrorKind::StreamClosed,
         }
     }
@@ -368,7 +384,9 @@ impl Error {
             Error::StreamRowsRepeated { .. }
             | Error::StreamUnstitched { .. }
             | Error::StreamUnfinished { .. }
+            | Error::StreamPrefillMissing { .. }
             | Error::StreamClosed { .. } => root_of(Side::Decode),
+            Error::StreamPrefillRepeated { .. } => root_of(Side::Prefill),
         }
     }
 }

@@ -42,6 +42,7 @@ mod sim;
 mod stability;
 #[cfg(feature = "testing")]
 mod stream;
+mod stream_late;
 mod strict;
 mod totality;
 #[cfg(feature = "verify")]
