@@ -672,7 +672,8 @@ impl StreamStitcher {
                 match end {
                     Some(end) => {
                         if self.event(&input[..end], scan.lines, Some(true), out)? == Done::Waits {
-                            return Ok(self.hold(&[], input));
+                            self.hold(&[], input);
+                            return Ok(());
                         }
                         input = &input[end..];
                         suspect = self.suspect(input);
