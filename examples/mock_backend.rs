@@ -16,6 +16,7 @@
 //! prefill's request. A mock can be told to misbehave with `--fault`:
 //! `no-routing` (answer without routed experts), `status-500`, `truncated`
 //! (announce the whole body, send half of it, close), `slow=MS` (wait before
+//! answering), `late=MS` (SGLang: meet the partner, then wait before
 //! answering); and, for `pd-stitch probe`'s tests, in the rows themselves:
 //! `short-prefill` (a prefill one prompt row short, so that the stitch takes
 //! the decode's own row for the last prompt position: a router cutting one
@@ -109,6 +110,10 @@ pub enum Fault {
     Truncated,
     /// Waits this long, then answers normally.
     Slow(Duration),
+    /// SGLang: meets its partner in the bootstrap room at once (so the
+    /// other instance can answer), then waits this long before it answers:
+    /// a prefill that answers after the decode's first bytes.
+    Late(Duration),
     /// A prefill whose rows end one prompt position short.
     ShortPrefill,
     /// Prompt rows zeroed: all of them but the last, and the later half of
@@ -131,10 +136,14 @@ impl FromStr for Fault {
             "short-prefill" => Ok(Fault::ShortPrefill),
             "zero-prompt" => Ok(Fault::ZeroPrompt),
             "scatter-layer" => Ok(Fault::ScatterLayer),
-            _ => match s.strip_prefix("slow=").map(str::parse::<u64>) {
-                Some(Ok(ms)) => Ok(Fault::Slow(Duration::from_millis(ms))),
+            _ => match (
+                s.strip_prefix("slow=").map(str::parse::<u64>),
+                s.strip_prefix("late=").map(str::parse::<u64>),
+            ) {
+                (Some(Ok(ms)), _) => Ok(Fault::Slow(Duration::from_millis(ms))),
+                (_, Some(Ok(ms))) => Ok(Fault::Late(Duration::from_millis(ms))),
                 _ => Err(format!(
-                    "unknown fault {s:?}: expected none, no-routing, status-500, truncated, slow=MS, short-prefill, zero-prompt or scatter-layer"
+                    "unknown fault {s:?}: expected none, no-routing, status-500, truncated, slow=MS, late=MS, short-prefill, zero-prompt or scatter-layer"
                 )),
             },
         }
@@ -906,6 +915,9 @@ async fn sglang_generate(State(mock): State<Arc<Mock>>, body: Bytes) -> Response
             ),
         );
     }
+    if let Fault::Late(delay) = mock.fault {
+        tokio::time::sleep(delay).await;
+    }
     let answers = mock.deployment.sglang_answers(index, batch);
     let mut response = match mock.role {
         Role::Prefill => answers.prefill,
@@ -982,7 +994,7 @@ struct Args {
     /// Where by-handle files are written; a prefill and a decode mock must share it.
     #[arg(long)]
     dir: PathBuf,
-    /// none, no-routing, status-500, truncated, slow=MS, short-prefill,
+    /// none, no-routing, status-500, truncated, slow=MS, late=MS, short-prefill,
     /// zero-prompt or scatter-layer.
     #[arg(long, default_value = "none")]
     fault: Fault,

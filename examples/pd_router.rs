@@ -34,7 +34,12 @@
 //! streamed, so that its answer is one JSON body. The same merge (or stream
 //! stitcher) finds SGLang's rows by their keys; `--row-shape LAYERSxTOP_K`
 //! gives it the model's rows, without which a pair whose counts leave the
-//! positions ambiguous is a 502 (docs/SPEC.md section 10).
+//! positions ambiguous is a 502 (docs/SPEC.md section 10). A streamed
+//! request's events go out as the decode sends them, before the prefill
+//! has answered (SGLang's prefill often answers after the decode's first
+//! bytes): the stream stitcher is made
+//! [`awaiting_prefill`](pd_stitch::stream::StreamStitcher::awaiting_prefill),
+//! and given the prefill's body when it comes; only the rows event waits.
 //!
 //! ```text
 //! cargo run --example pd_router -- --prefill http://127.0.0.1:30000 \
@@ -180,43 +185,158 @@ fn stitch_failure(backend: Backend, e: Error) -> Failure {
     }
 }
 
+/// The prefill's answer to a request whose decode streams: in hand, or
+/// still coming (SGLang's pair is sent both requests at once, and its
+/// prefill may answer after the decode's first bytes).
+enum Prefill {
+    Given,
+    Coming(tokio::task::JoinHandle<Result<Vec<u8>, Failure>>),
+}
+
+/// The prefill's task's answer: its body, or why there is none.
+fn joined(
+    answer: Result<Result<Vec<u8>, Failure>, tokio::task::JoinError>,
+) -> Result<Vec<u8>, Failure> {
+    answer.unwrap_or_else(|e| {
+        Err(Failure::new(
+            StatusCode::BAD_GATEWAY,
+            "backend_error",
+            format!("the prefill request did not complete: {e}"),
+        ))
+    })
+}
+
+/// The event that ends a stream that failed after its status went out,
+/// as vLLM reports an error on a stream (`data: {"error": ...}`, then
+/// `[DONE]`).
+fn error_event(kind: &str, message: &str) -> Vec<u8> {
+    let event = json!({"error": {"message": message, "type": kind, "code": 502}});
+    format!("data: {event}\n\ndata: [DONE]\n\n").into_bytes()
+}
+
+/// One relayed stream: the decode's body, its stitcher, and the prefill.
+struct Relay<S> {
+    upstream: std::pin::Pin<Box<S>>,
+    stitcher: StreamStitcher,
+    prefill: Prefill,
+}
+
+/// What one read of a relayed stream came to.
+enum Step {
+    /// More may follow.
+    More,
+    /// The stream ended (after an error event, when it failed).
+    End,
+    /// The decode's body broke off.
+    Broken(std::io::Error),
+}
+
+/// What came first: a chunk of the decode's body (`None` at its end), or
+/// the prefill's answer.
+enum Read {
+    Chunk(Option<reqwest::Result<Bytes>>),
+    Prefill(Result<Result<Vec<u8>, Failure>, tokio::task::JoinError>),
+}
+
+impl<S> Relay<S>
+where
+    S: futures_util::Stream<Item = reqwest::Result<Bytes>> + Send,
+{
+    /// Reads what comes next, appending to `out` what can be sent.
+    async fn step(&mut self, out: &mut Vec<u8>) -> Step {
+        let read = match &mut self.prefill {
+            Prefill::Given => Read::Chunk(self.upstream.next().await),
+            // Whichever comes first; the prefill when both are ready, so
+            // that the rows event waits as little as it can.
+            Prefill::Coming(handle) => tokio::select! {
+                biased;
+                answer = handle => Read::Prefill(answer),
+                chunk = self.upstream.next() => Read::Chunk(chunk),
+            },
+        };
+        let result = match read {
+            Read::Prefill(answer) => self.give(answer, out).map(|()| Step::More),
+            Read::Chunk(Some(Ok(chunk))) => self
+                .stitcher
+                .feed(&chunk, out)
+                .map(|()| Step::More)
+                .map_err(|e| stitch_failure(Backend::Decode, e)),
+            Read::Chunk(Some(Err(e))) => {
+                self.abort();
+                return Step::Broken(std::io::Error::other(e));
+            }
+            // The decode is done; its last events may wait for the prefill.
+            Read::Chunk(None) => {
+                let given = match std::mem::replace(&mut self.prefill, Prefill::Given) {
+                    Prefill::Coming(handle) => self.give(handle.await, out),
+                    Prefill::Given => Ok(()),
+                };
+                given.and_then(|()| {
+                    self.stitcher
+                        .finish(out)
+                        .map(|()| Step::End)
+                        .map_err(|e| stitch_failure(Backend::Decode, e))
+                })
+            }
+        };
+        result.unwrap_or_else(|failure| {
+            tracing::warn!(kind = failure.kind, "stream failed: {}", failure.message);
+            self.abort();
+            out.extend_from_slice(&error_event(failure.kind, &failure.message));
+            Step::End
+        })
+    }
+
+    /// Gives the stitcher the prefill's answer.
+    fn give(
+        &mut self,
+        answer: Result<Result<Vec<u8>, Failure>, tokio::task::JoinError>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), Failure> {
+        self.prefill = Prefill::Given;
+        let body = joined(answer)?;
+        self.stitcher
+            .give_prefill(body, out)
+            .map_err(|e| stitch_failure(Backend::Prefill, e))
+    }
+
+    /// Stops a prefill request still running: the stream it was for ended.
+    fn abort(&self) {
+        if let Prefill::Coming(handle) = &self.prefill {
+            handle.abort();
+        }
+    }
+}
+
 /// The decode's stream through `stitcher`: each read fed to it and what it
-/// gives sent on. The status (200) has gone out with the first byte, so a
-/// stitch error mid-stream ends the stream with one more event, as vLLM
-/// reports an error on a stream (`data: {"error": ...}`, then `[DONE]`),
-/// after everything stitched before it.
+/// gives sent on; a prefill still coming is given to it when it arrives
+/// (the events before the rows event go out meanwhile). The status (200)
+/// has gone out with the first byte, so a stitch error mid-stream, or a
+/// prefill that fails, ends the stream with one more event, after
+/// everything stitched before it.
 fn stitched<S>(
     upstream: S,
     stitcher: StreamStitcher,
+    prefill: Prefill,
 ) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static
 where
     S: futures_util::Stream<Item = reqwest::Result<Bytes>> + Send + 'static,
 {
-    let state = Some((Box::pin(upstream), stitcher));
-    futures_util::stream::unfold(state, |state| async move {
-        let (mut upstream, mut stitcher) = state?;
+    let relay = Relay {
+        upstream: Box::pin(upstream),
+        stitcher,
+        prefill,
+    };
+    futures_util::stream::unfold(Some(relay), |relay| async move {
+        let mut relay = relay?;
         loop {
             let mut out = Vec::new();
-            let result = match upstream.next().await {
-                Some(Ok(chunk)) => stitcher.feed(&chunk, &mut out),
-                Some(Err(e)) => return Some((Err(std::io::Error::other(e)), None)),
-                None => match stitcher.finish(&mut out) {
-                    Ok(()) if out.is_empty() => return None,
-                    Ok(()) => return Some((Ok(Bytes::from(out)), None)),
-                    Err(e) => Err(e),
-                },
-            };
-            match result {
-                Ok(()) if out.is_empty() => continue,
-                Ok(()) => return Some((Ok(Bytes::from(out)), Some((upstream, stitcher)))),
-                Err(e) => {
-                    tracing::warn!(kind = e.kind().as_str(), "stream stitch failed: {e}");
-                    let event = json!({"error": {
-                        "message": format!("cannot stitch the prefill's and the decode's responses: {e}"),
-                        "type": "stitch_error", "code": 502}});
-                    out.extend_from_slice(format!("data: {event}\n\ndata: [DONE]\n\n").as_bytes());
-                    return Some((Ok(Bytes::from(out)), None));
-                }
+            match relay.step(&mut out).await {
+                Step::More if out.is_empty() => continue,
+                Step::More => return Some((Ok(Bytes::from(out)), Some(relay))),
+                Step::End if out.is_empty() => return None,
+                Step::End => return Some((Ok(Bytes::from(out)), None)),
+                Step::Broken(e) => return Some((Err(e), None)),
             }
         }
     })
@@ -273,7 +393,7 @@ impl Router {
             let response = self
                 .send(Backend::Decode, VLLM, &decode_request, false)
                 .await?;
-            return self.stream(prefill_body, response);
+            return self.stream(Ok(prefill_body), response);
         }
 
         let decode = self.body(Backend::Decode, VLLM, &decode_request).await?;
@@ -283,8 +403,10 @@ impl Router {
     /// An SGLang `/generate` request: both instances are sent the client's
     /// body at once, with the prefill's bootstrap address and a fresh room
     /// (as SGLang's own P/D router sends them), the prefill's not streamed;
-    /// the decode's answer is stitched as a whole or as a stream.
-    async fn sglang_generate(&self, body: &[u8]) -> Result<Response, Failure> {
+    /// the decode's answer is stitched as a whole or as a stream. A stream
+    /// starts as soon as the decode answers, the prefill's answer given to
+    /// its stitcher when it comes.
+    async fn sglang_generate(self: &Arc<Self>, body: &[u8]) -> Result<Response, Failure> {
         let request = request_json(body)?;
         let host = reqwest::Url::parse(&self.config.prefill)
             .ok()
@@ -306,12 +428,33 @@ impl Router {
             request
         };
         // At once: each instance waits for the other in the bootstrap room.
-        let prefill = self.body(Backend::Prefill, SGLANG, &prefill_request);
         if stream {
+            let router = Arc::clone(self);
+            let mut prefill = tokio::spawn(async move {
+                router
+                    .body(Backend::Prefill, SGLANG, &prefill_request)
+                    .await
+            });
             let decode = self.send(Backend::Decode, SGLANG, &decode_request, false);
-            let (prefill_body, response) = tokio::try_join!(prefill, decode)?;
-            return self.stream(prefill_body, response);
+            tokio::pin!(decode);
+            return tokio::select! {
+                response = &mut decode => match response {
+                    Ok(response) => self.stream(Err(prefill), response),
+                    Err(failure) => {
+                        prefill.abort();
+                        Err(failure)
+                    }
+                },
+                // A prefill that fails first fails the request; one that
+                // answers first is in hand when the stream starts.
+                answer = &mut prefill => {
+                    let prefill_body = joined(answer)?;
+                    let response = decode.await?;
+                    self.stream(Ok(prefill_body), response)
+                }
+            };
         }
+        let prefill = self.body(Backend::Prefill, SGLANG, &prefill_request);
         let decode = self.body(Backend::Decode, SGLANG, &decode_request);
         let (prefill_body, decode) = tokio::try_join!(prefill, decode)?;
         self.whole(&prefill_body, decode)
@@ -336,13 +479,27 @@ impl Router {
 
     /// The decode's stream, passed on as it comes, every event at once; the
     /// event that carries rows is stitched with the prefill's on the way.
-    fn stream(&self, prefill: Vec<u8>, response: reqwest::Response) -> Result<Response, Failure> {
+    /// `prefill` is its body, or the task that will answer it.
+    fn stream(
+        &self,
+        prefill: Result<Vec<u8>, tokio::task::JoinHandle<Result<Vec<u8>, Failure>>>,
+        response: reqwest::Response,
+    ) -> Result<Response, Failure> {
         let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
         let upstream = response.bytes_stream();
         let body = if self.config.stitch {
-            let stitcher = StreamStitcher::new(self.stitcher(), prefill)
-                .map_err(|e| stitch_failure(Backend::Prefill, e))?;
-            Body::from_stream(stitched(upstream, stitcher))
+            let (stitcher, prefill) = match prefill {
+                Ok(body) => (
+                    StreamStitcher::new(self.stitcher(), body)
+                        .map_err(|e| stitch_failure(Backend::Prefill, e))?,
+                    Prefill::Given,
+                ),
+                Err(coming) => (
+                    StreamStitcher::awaiting_prefill(self.stitcher()),
+                    Prefill::Coming(coming),
+                ),
+            };
+            Body::from_stream(stitched(upstream, stitcher, prefill))
         } else {
             Body::from_stream(upstream)
         };

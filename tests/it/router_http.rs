@@ -1097,3 +1097,52 @@ fn sglang_requests_get_the_bootstrap_fields_once_per_prompt() {
     let refused = pd_router::sglang_request(json!([1]), "h", 1).expect_err("not an object");
     assert_eq!(refused.status, StatusCode::BAD_REQUEST);
 }
+
+/// An SGLang stream does not wait for the prefill: with a prefill that
+/// answers 1.5 s after it met the decode in the bootstrap room, the
+/// router's first bytes (the decode's first token events) come long before
+/// it, and the rows event comes stitched once it has answered, the whole
+/// stream the colocated server's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sglang_stream_starts_before_the_prefill_answers() {
+    const LATE: Duration = Duration::from_millis(1500);
+    let setup = Setup::start(
+        "sglang-late-prefill",
+        Options {
+            prefill_fault: Fault::Late(LATE),
+            ..Options::default()
+        },
+    )
+    .await;
+    for index in 0..2 {
+        let body = sglang_body(index, None, true);
+        let started = Instant::now();
+        let mut response = client()
+            .post(&setup.sglang_url)
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(&body).expect("json"))
+            .send()
+            .await
+            .expect("the router answers");
+        assert_eq!(response.status(), StatusCode::OK);
+        let mut bytes: Vec<u8> = Vec::new();
+        let mut first = None;
+        while let Some(chunk) = response.chunk().await.expect("the stream arrives") {
+            first.get_or_insert_with(|| started.elapsed());
+            bytes.extend_from_slice(&chunk);
+        }
+        let (first, whole) = (first.expect("some bytes"), started.elapsed());
+        assert!(
+            first < LATE / 2,
+            "request {index}: the first byte came after {first:?}, the prefill answers after {LATE:?}"
+        );
+        assert!(
+            whole >= LATE,
+            "request {index}: the rows event did not wait ({whole:?})"
+        );
+        let (data, _) = streamed(&bytes);
+        let colocated = setup.deployment.sglang_answers(index, None).colocated;
+        assert_eq!(data.last().map(Vec::as_slice), Some(&b"[DONE]"[..]));
+        assert_eq!(json_of(&data[data.len() - 2]), colocated, "request {index}");
+    }
+}
