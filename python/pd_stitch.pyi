@@ -107,13 +107,14 @@ class StreamStitcher:
     """Stitches one decode stream (server-sent events) with the prefill's
     whole response: every event goes out as soon as it is complete, byte for
     byte, except the one that carries rows, whose data is merged as
-    `merge_routed_experts_for_pd` merges it. The GIL is released while a
-    chunk is stitched. `row_shape=(layers, top_k)` is for SGLang rows and has
-    no effect in a build whose merge does not read them."""
+    `merge_routed_experts_for_pd` merges it (SGLang's rows read with
+    `row_shape=(layers, top_k)`). The GIL is released while a chunk is
+    stitched. Made with `prefill=None`, it awaits the prefill: events pass at
+    once, the rows event and what follows wait for `give_prefill`."""
 
     def __init__(
         self,
-        prefill: _Prefill,
+        prefill: Optional[_Prefill] = None,
         *,
         fields: Optional[Iterable[str]] = None,
         strict: bool = False,
@@ -127,7 +128,16 @@ class StreamStitcher:
         returned before is a prefix of the stitched stream."""
     def finish(self) -> bytes:
         """Ends the stream: the bytes of an unfinished event without rows.
-        Raises StitchError (StreamUnfinished, StreamClosed)."""
+        Raises StitchError (StreamUnfinished, StreamPrefillMissing when no
+        prefill was ever given, StreamClosed)."""
+    def give_prefill(self, prefill: _Prefill) -> bytes:
+        """Gives the prefill's response to a stitcher made without one; the
+        bytes that waited for it. Raises StitchError (Json,
+        StreamPrefillRepeated, or feed's errors met by what waited)."""
+    @property
+    def has_prefill(self) -> bool:
+        """Whether the prefill's response has been given."""
     @property
     def buffered(self) -> int:
-        """Bytes held: those of the event being read."""
+        """Bytes held: those of the event being read, and while the prefill
+        is awaited, those from the rows event on."""

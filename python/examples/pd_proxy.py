@@ -13,7 +13,8 @@ It does what examples/pd_router.rs does. `POST /inference/v1/generate`:
 
 A streamed request (`"stream": true`) is stitched on the way: the decode's
 events go to the client as they arrive, through a `pd_stitch.StreamStitcher`
-built from the prefill's body, which rewrites only the event that carries
+given the prefill's body (on SGLang's route, when it comes: its prefill
+often answers after the decode's first bytes), which rewrites only the event that carries
 rows (on a worker thread, the GIL released). A stitch error mid-stream ends
 the stream with an error event (`data: {"error": ...}`, then `[DONE]`, as
 vLLM reports errors on a stream).
@@ -226,7 +227,17 @@ class Proxy:
             decode = asyncio.ensure_future(self.read("decode", decode_body, path=SGLANG_GENERATE))
         try:
             # At once: each instance waits for the other in the bootstrap room.
-            prefill, decode = await asyncio.gather(prefill, decode)
+            if stream:
+                # The stream starts when the decode answers; the prefill's
+                # answer, which often comes after the decode's first bytes,
+                # is given to the stitcher when it comes. A prefill that
+                # fails first fails the request.
+                done, _ = await asyncio.wait({prefill, decode}, return_when=asyncio.FIRST_COMPLETED)
+                if prefill in done and decode not in done:
+                    prefill.result()
+                response = await decode
+            else:
+                prefill, decode = await asyncio.gather(prefill, decode)
         except BaseException:
             for task in (prefill, decode):
                 task.cancel()
@@ -235,10 +246,11 @@ class Proxy:
                 decode.result().release()
             raise
         if stream:
-            return await self.stream_through(http_request, decode, self.stream_stitcher(prefill))
+            return await self.stream_through(http_request, response, self.stream_stitcher(None), prefill)
         return await self.merged(prefill, decode)
 
     def stream_stitcher(self, prefill):
+        """A stream stitcher with `prefill`'s body, or awaiting it (None)."""
         try:
             return pd_stitch.StreamStitcher(prefill, row_shape=self.row_shape)
         except pd_stitch.StitchError as e:
@@ -282,18 +294,42 @@ class Proxy:
         decode = await self.read("decode", decode_body)
         return await self.merged(prefill, decode)
 
-    async def stream_through(self, http_request, response, stitcher):
+    async def stream_through(self, http_request, response, stitcher, prefill=None):
         """The decode's stream (`response`) through `stitcher`, each read sent
-        on as soon as the stitcher gives it back."""
+        on as soon as the stitcher gives it back. `prefill`, when given, is
+        the task that reads the prefill's body: the stitcher awaits it, and
+        is given it when it completes (only the rows event waits)."""
         out = web.StreamResponse(status=response.status)
         if "content-type" in response.headers:
             out.headers["content-type"] = response.headers["content-type"]
         await out.prepare(http_request)
         loop = asyncio.get_running_loop()
+        chunks = response.content.iter_any().__aiter__()
+        reading = None  # the read of the next chunk, while the prefill is awaited
         try:
-            async for chunk in response.content.iter_any():
+            while True:
+                if prefill is not None:
+                    reading = reading or asyncio.ensure_future(chunks.__anext__())
+                    done, _ = await asyncio.wait({prefill, reading}, return_when=asyncio.FIRST_COMPLETED)
+                    if prefill in done:
+                        body, prefill = prefill.result(), None
+                        ready = await loop.run_in_executor(None, stitcher.give_prefill, body)
+                        if ready:
+                            await out.write(ready)
+                        continue
+                read, reading = reading or chunks.__anext__(), None
+                try:
+                    chunk = await read
+                except StopAsyncIteration:
+                    break
                 # A rows event's merge may take milliseconds: off the loop.
                 ready = await loop.run_in_executor(None, stitcher.feed, chunk)
+                if ready:
+                    await out.write(ready)
+            if prefill is not None:
+                # The decode is done; its last events wait for the prefill.
+                body, prefill = await prefill, None
+                ready = await loop.run_in_executor(None, stitcher.give_prefill, body)
                 if ready:
                     await out.write(ready)
             ready = stitcher.finish()
@@ -303,7 +339,14 @@ class Proxy:
             error = {"code": 502, "type": "stitch_error", "kind": e.kind, "location": e.location,
                      "message": f"cannot stitch the prefill's and the decode's responses: {e}"}
             await out.write(f"data: {json.dumps({'error': error})}\n\ndata: [DONE]\n\n".encode())
+        except Failure as failure:
+            # The prefill failed after the stream's status went out.
+            error = {"code": 502, "type": failure.error_type, "message": failure.message}
+            await out.write(f"data: {json.dumps({'error': error})}\n\ndata: [DONE]\n\n".encode())
         finally:
+            for task in (prefill, reading):
+                if task is not None:
+                    task.cancel()
             response.release()
         await out.write_eof()
         return out

@@ -149,7 +149,8 @@ fn segment_of(item: &Bound<'_, PyAny>, k: usize) -> PyResult<Segment<String>> {
     let bad = |what: &str| PyValueError::new_err(format!("segments[{k}]: {what}"));
     let get = |key: &str, index: usize| -> PyResult<Bound<'_, PyAny>> {
         if let Ok(dict) = item.cast::<PyDict>() {
-            dict.get_item(key)?.ok_or_else(|| bad(&format!("no {key:?}")))
+            dict.get_item(key)?
+                .ok_or_else(|| bad(&format!("no {key:?}")))
         } else if item.is_instance_of::<PyList>() || item.is_instance_of::<PyTuple>() {
             if item.len()? != 7 {
                 return Err(bad("a list segment has 7 items"));
@@ -169,7 +170,9 @@ fn segment_of(item: &Bound<'_, PyAny>, k: usize) -> PyResult<Segment<String>> {
     let field: String = get("field", 0)?.extract()?;
     let file: String = get("file", 1)?.extract()?;
     let dtype: String = get("dtype", 5)?.extract()?;
-    let dtype: Dtype = dtype.parse().map_err(|_| bad(&format!("no dtype {dtype:?}")))?;
+    let dtype: Dtype = dtype
+        .parse()
+        .map_err(|_| bad(&format!("no dtype {dtype:?}")))?;
     let shape: Vec<u64> = get("shape", 6)?
         .extract()
         .map_err(|_| bad("shape must be a list of non-negative integers"))?;

@@ -15,11 +15,12 @@ use crate::merges::stitcher;
 /// arrives and send on the bytes it returns, then `finish`. Every event goes
 /// out as soon as it is complete, byte for byte, except the one that carries
 /// rows, whose data is merged with the prefill (as `merge_routed_experts_for_pd`
-/// merges). The GIL is released while a chunk is read and stitched.
+/// merges, SGLang's rows read with `row_shape=(layers, top_k)`). The GIL is
+/// released while a chunk is read and stitched.
 ///
-/// `row_shape=(layers, top_k)` is accepted for SGLang rows; this build's
-/// merge does not read SGLang rows yet, so it has no effect (an SGLang rows
-/// event is a `StitchError` of kind `StreamUnstitched`).
+/// Made without a prefill (`StreamStitcher(None)`), it awaits one: events
+/// pass through at once, the one that carries rows and what follows it wait
+/// until `give_prefill`, and `finish` before it raises `StreamPrefillMissing`.
 #[pyclass(name = "StreamStitcher", module = "pd_stitch")]
 pub struct StreamStitcher {
     // Boxed: the stitcher's substring searchers hold 32-byte-aligned SIMD
@@ -69,31 +70,52 @@ impl StreamStitcher {
 #[pymethods]
 impl StreamStitcher {
     #[new]
-    #[pyo3(signature = (prefill, *, fields=None, strict=false, row_shape=None))]
+    #[pyo3(signature = (prefill=None, *, fields=None, strict=false, row_shape=None))]
     fn new(
         py: Python<'_>,
-        prefill: &Bound<'_, PyAny>,
+        prefill: Option<&Bound<'_, PyAny>>,
         fields: Option<&Bound<'_, PyAny>>,
         strict: bool,
         row_shape: Option<(u64, u64)>,
     ) -> PyResult<StreamStitcher> {
-        let _ = row_shape;
-        let stitcher = stitcher(fields, strict, None)?;
-        let text = match body(prefill, "prefill")? {
-            Body::Text(text) => text.into_owned(),
-            Body::Dict => {
-                let dict = prefill.cast::<PyDict>()?;
-                serde_json::to_vec(&to_value(dict.as_any(), 0)?)
-                    .map_err(|e| PyTypeError::new_err(e.to_string()))?
+        let stitcher = stitcher(fields, strict, row_shape)?;
+        let inner = match prefill {
+            None => Inner::awaiting_prefill(stitcher),
+            Some(prefill) => {
+                let text = prefill_text(prefill)?;
+                py.detach(|| Inner::new(stitcher, text))
+                    .map_err(|e| stitch_error(py, &e))?
             }
         };
-        let inner = py
-            .detach(|| Inner::new(stitcher, text))
-            .map_err(|e| stitch_error(py, &e))?;
         Ok(StreamStitcher {
             inner: Box::new(inner),
             deferred: None,
         })
+    }
+
+    /// Gives the prefill's whole response to a stitcher made without one;
+    /// returns what waited for it (the rows event, stitched, and what came
+    /// after it). Raises `StitchError`: `Json` when it is not JSON,
+    /// `StreamPrefillRepeated` when a prefill was given already, or the
+    /// errors of `feed` met by the events that waited (after returning what
+    /// came before them, as `feed` does).
+    fn give_prefill<'py>(
+        &mut self,
+        py: Python<'py>,
+        prefill: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let text = prefill_text(prefill)?;
+        self.raise_deferred(py)?;
+        let inner = &mut self.inner;
+        let mut out = Vec::new();
+        let result = py.detach(|| inner.give_prefill(text, &mut out));
+        self.answer(py, result, out)
+    }
+
+    /// Whether the prefill's response has been given.
+    #[getter]
+    fn has_prefill(&self) -> bool {
+        self.inner.has_prefill()
     }
 
     /// Reads the next chunk of the decode's stream (`bytes`); returns what can
@@ -132,9 +154,22 @@ impl StreamStitcher {
         self.answer(py, result, out)
     }
 
-    /// How many bytes it holds (of the event being read).
+    /// How many bytes it holds: of the event being read, and while the
+    /// prefill is awaited, from the rows event on.
     #[getter]
     fn buffered(&self) -> usize {
         self.inner.buffered()
     }
+}
+
+/// A prefill response's JSON text, from any type a response comes in.
+fn prefill_text(prefill: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    Ok(match body(prefill, "prefill")? {
+        Body::Text(text) => text.into_owned(),
+        Body::Dict => {
+            let dict = prefill.cast::<PyDict>()?;
+            serde_json::to_vec(&to_value(dict.as_any(), 0)?)
+                .map_err(|e| PyTypeError::new_err(e.to_string()))?
+        }
+    })
 }

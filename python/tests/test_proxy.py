@@ -248,6 +248,51 @@ def test_the_stream_stitcher_in_chunks_of_any_size():
         pd_stitch.StreamStitcher(prefill).feed("data: x")
 
 
+def test_the_stream_stitcher_takes_the_prefill_at_any_point():
+    # SGLang's pair is sent both requests at once: the prefill may answer
+    # after the decode's first events. Whenever it is given, the bytes out
+    # are those of a stitcher that had it first.
+    prefill = b'{"choices": [{"routed_experts": {"data": "AQID", "shape": [1, 1, 3], "start": 0, "dtype": "uint8"}}]}'
+    token = b'data: {"choices": [{"index": 0, "token_ids": [7], "routed_experts": null}]}\n\n'
+    rows = (b'data: {"choices": [{"index": 0, "routed_experts": {"data": "AAAABAUG", "shape": [2, 1, 3], '
+            b'"start": 0, "dtype": "uint8"}}]}\n\n')
+    stream = token + rows + b"data: [DONE]\n\n"
+    early = pd_stitch.StreamStitcher(prefill)
+    want = early.feed(stream) + early.finish()
+    chunks = [stream[i:i + 9] for i in range(0, len(stream), 9)]
+    for at in range(len(chunks) + 1):
+        s = pd_stitch.StreamStitcher(row_shape=(1, 3))
+        assert not s.has_prefill
+        out = b"".join(s.feed(c) for c in chunks[:at])
+        assert want.startswith(out) and len(out) <= len(token)
+        out += s.give_prefill(prefill)
+        assert s.has_prefill
+        out += b"".join(s.feed(c) for c in chunks[at:]) + s.finish()
+        assert out == want, at
+    # Without a prefill: the events before the rows go out; finish raises.
+    s = pd_stitch.StreamStitcher()
+    assert s.feed(stream) == token
+    assert s.buffered == len(stream) - len(token)
+    with pytest.raises(pd_stitch.StitchError) as e:
+        s.finish()
+    assert e.value.kind == "StreamPrefillMissing" and e.value.location == "decode response"
+    # Twice, and not JSON.
+    s = pd_stitch.StreamStitcher(prefill)
+    with pytest.raises(pd_stitch.StitchError) as e:
+        s.give_prefill(prefill)
+    assert e.value.kind == "StreamPrefillRepeated" and e.value.location == "prefill response"
+    s = pd_stitch.StreamStitcher()
+    with pytest.raises(pd_stitch.StitchError) as e:
+        s.give_prefill(b"{")
+    assert e.value.kind == "Json"
+    with pytest.raises(TypeError):
+        pd_stitch.StreamStitcher().give_prefill(12)
+    # A dict, as the other prefills may be.
+    s = pd_stitch.StreamStitcher()
+    out = s.feed(stream) + s.give_prefill(json.loads(prefill)) + s.finish()
+    assert json.loads(events(out)[1])["choices"][0]["routed_experts"]["data"] == "AQIDBAUG"
+
+
 def test_a_stream_without_rows_is_passed_through(backends):
     prefill, decode, _ = backends(prefill_fault="no-routing", decode_fault="no-routing")
     [(status, body)] = asyncio.run(with_proxy(prefill, decode, [{"request_id": "req-3", "stream": True}]))
@@ -410,3 +455,39 @@ def test_sglang_requests_get_a_room_per_prompt():
     assert pd_proxy.sglang_request({"input_ids": [1, 2]}, "h", 1)["bootstrap_port"] == 1
     with pytest.raises(pd_proxy.Failure):
         pd_proxy.sglang_request([1], "h", 1)
+
+
+def test_a_sglang_stream_starts_before_the_prefill_answers(backends):
+    # The prefill meets the decode in the bootstrap room at once and answers
+    # 1.5 s later: the stream's first bytes come long before that, the rows
+    # event stitched once it has answered.
+    late = 1.5
+    prefill, decode, colocated = backends(prefill_fault=f"late={int(late * 1000)}", colocated=True)
+    body = sglang_body(1, stream=True)
+    [expected] = asyncio.run(colocated_answers(colocated, [body]))
+
+    async def run():
+        runner = web.AppRunner(pd_proxy.app(prefill, decode, 10.0, row_shape=(8, 4),
+                                            bootstrap_port=int(prefill.rsplit(":", 1)[1])))
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        try:
+            async with aiohttp.ClientSession(timeout=TIMEOUT) as session:
+                loop = asyncio.get_running_loop()
+                start, first, data = loop.time(), None, b""
+                async with session.post(f"http://{host}:{port}{pd_proxy.SGLANG_GENERATE}", json=body) as response:
+                    assert response.status == 200
+                    async for chunk in response.content.iter_any():
+                        first = first if first is not None else loop.time() - start
+                        data += chunk
+                return first, loop.time() - start, data
+        finally:
+            await runner.cleanup()
+
+    first, whole, data = asyncio.run(run())
+    assert first < late / 2, f"the first byte came after {first:.2f} s"
+    assert whole >= late
+    got = events(data)
+    assert got[-1] == b"[DONE]" and json.loads(got[-2]) == expected

@@ -142,3 +142,22 @@ def test_nothing_to_stitch_returns_the_very_object():
     assert not pd_stitch.prefill_has_routed_experts(prefill)
     text = json.dumps(decode).encode()
     assert pd_stitch.merge_routed_experts_for_pd(prefill, text, row_shape=(2, 3)) is text
+
+
+def sse(*events):
+    return b"".join(b"data: " + (e if isinstance(e, bytes) else json.dumps(e).encode()) + b"\n\n" for e in events)
+
+
+def test_a_stream_reads_sglang_rows_with_the_row_shape():
+    # The pair the merge refuses as ambiguous without a shape: the stream
+    # stitcher must read it with the one it was given (it once dropped it).
+    prefill = generate(2, 1, [10, 11])
+    decode = generate(2, 3, [0, 0, 12, 13])
+    s = pd_stitch.StreamStitcher(json.dumps(prefill), row_shape=(1, 1))
+    out = s.feed(sse(decode, b"[DONE]")) + s.finish()
+    event = json.loads(out.split(b"\n\n")[0][len(b"data: "):])
+    assert ids_of(event["meta_info"]["routed_experts"]) == [10, 11, 12, 13]
+    s = pd_stitch.StreamStitcher(json.dumps(prefill))
+    with pytest.raises(pd_stitch.StitchError) as e:
+        s.feed(sse(decode, b"[DONE]"))
+    assert e.value.kind == "StreamEvent"
