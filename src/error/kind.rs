@@ -70,14 +70,14 @@ pub enum ErrorKind {
     StreamUnstitched,
     /// [`Error::StreamUnfinished`](crate::Error::StreamUnfinished).
     StreamUnfinished,
-    /// [`Error::StreamPrefillMissing`](crate::Error::StreamPrefillMissing).
-    StreamPrefillMissing,
-    /// [`Error::StreamPrefillRepeated`](crate::Error::StreamPrefillRepeated).
-    StreamPrefillRepeated,
     /// [`Error::StreamClosed`](crate::Error::StreamClosed).
     StreamClosed,
     /// [`Error::Positions`](crate::Error::Positions).
     Positions,
+    /// [`Error::StreamPrefillMissing`](crate::Error::StreamPrefillMissing).
+    StreamPrefillMissing,
+    /// [`Error::StreamPrefillRepeated`](crate::Error::StreamPrefillRepeated).
+    StreamPrefillRepeated,
 }
 
 impl ErrorKind {
@@ -102,10 +102,10 @@ impl ErrorKind {
         ErrorKind::StreamRowsRepeated,
         ErrorKind::StreamUnstitched,
         ErrorKind::StreamUnfinished,
-        ErrorKind::StreamPrefillMissing,
-        ErrorKind::StreamPrefillRepeated,
         ErrorKind::StreamClosed,
         ErrorKind::Positions,
+        ErrorKind::StreamPrefillMissing,
+        ErrorKind::StreamPrefillRepeated,
     ];
 
     /// The kind's name, which is its variant's: `"MissingPrefillField"`.

@@ -295,20 +295,6 @@ pub enum Error {
         /// How many bytes of it arrived.
         len: u64,
     },
-    /// A streamed decode finished before its prefill was given
-    /// ([`StreamStitcher::awaiting_prefill`](crate::stream::StreamStitcher::awaiting_prefill)):
-    /// the prefill never came. `held` bytes (the event that carries rows and
-    /// every byte after it) were waiting for it and are not appended.
-    #[non_exhaustive]
-    #[error("the stream ended before the prefill's response was given ({held} bytes, from the event that carries rows on, were waiting for it)")]
-    StreamPrefillMissing {
-        /// How many bytes of the stream were held for the prefill.
-        held: u64,
-    },
-    /// A streamed decode given a prefill response when it already had one.
-    #[non_exhaustive]
-    #[error("the stream stitcher was given a prefill response twice")]
-    StreamPrefillRepeated {},
     /// A streamed decode fed (or finished) again after it failed or was
     /// finished.
     #[non_exhaustive]
@@ -328,6 +314,20 @@ pub enum Error {
         /// Why, with the numbers it comes from.
         problem: PositionProblem,
     },
+    /// A streamed decode finished before its prefill was given
+    /// ([`StreamStitcher::awaiting_prefill`](crate::stream::StreamStitcher::awaiting_prefill)):
+    /// the prefill never came. `held` bytes (the event that carries rows and
+    /// every byte after it) were waiting for it and are not appended.
+    #[non_exhaustive]
+    #[error("the stream ended before the prefill's response was given ({held} bytes, from the event that carries rows on, were waiting for it)")]
+    StreamPrefillMissing {
+        /// How many bytes of the stream were held for the prefill.
+        held: u64,
+    },
+    /// A streamed decode given a prefill response when it already had one.
+    #[non_exhaustive]
+    #[error("the stream stitcher was given a prefill response twice")]
+    StreamPrefillRepeated {},
 }
 
 impl Error {

@@ -123,7 +123,10 @@ fn errors_keep_their_kinds_names_and_locations() {
     );
     // Kinds added since 0.2, in the order they came (a kind may be added in
     // a minor release: the enum is non_exhaustive).
-    assert_eq!(&names[20..], ["Positions"]);
+    assert_eq!(
+        &names[20..],
+        ["Positions", "StreamPrefillMissing", "StreamPrefillRepeated"]
+    );
     let prefill = json!({"choices": [{"payload": [{"field": "routed_experts", "file": "p",
         "offset": 0, "pos": 0, "rows": "3", "dtype": "uint8", "shape": []}]}]});
     let err = pd_stitch::merge_routed_payload_in_json(&prefill, &mut json!({})).unwrap_err();
