@@ -646,8 +646,15 @@ def main():
         print(f"time to first byte of a stream, 300-token prompts, 24 new, {len(router_t)} each: "
               f"through the router median {1000 * med(router_t):.0f} ms, straight from the decode {1000 * med(decode_t):.0f} ms "
               f"({med(router_t) / med(decode_t):.2f}x); the prefill's answer complete at a median {1000 * med(prefill_done):.0f} ms")
+        # The router streams when the decode answers, the prefill given to
+        # the stitcher when it comes (StreamStitcher::awaiting_prefill):
+        # its first byte is the decode's, plus the router's own hop.
         bound = 1.25 * med(decode_t) + 0.020
-        print(f"  issue 36's bound, 1.25 x the decode's median + 20 ms = {1000 * bound:.0f} ms: {'met' if med(router_t) <= bound else 'NOT met'} (reported, not checked: the machine's load moves these)")
+        met = med(router_t) <= bound
+        print(f"  issue 36's bound, 1.25 x the decode's median + 20 ms = {1000 * bound:.0f} ms: {'met' if met else 'NOT met'}")
+        if not met:
+            run.fail("time to first byte", "streamed, 300-token prompts",
+                     f"through the router median {1000 * med(router_t):.0f} ms > {1000 * bound:.0f} ms")
         print(f"  router ms: {[round(1000 * t) for t in router_t]}")
         print(f"  decode ms: {[round(1000 * t) for t in decode_t]}")
         print(f"  prefill done ms: {[round(1000 * t) for t in prefill_done]}")
