@@ -12,7 +12,9 @@
 //! floor), `rows` and `rows_merge` (the inline rows event of 1,536 x 48 x 8,
 //! fed as one chunk; the bytes merge of its data), `handle` and
 //! `handle_merge` (the 8 x 32 by-handle decode as one event; its bytes
-//! merge). A run of `rows` or `handle` appends into a buffer that already
+//! merge), `sglang` and `sglang_merge` (SGLang's finished `/generate` event
+//! of 1,536 x 48 x 8 int32 ids, full-length; its bytes merge with the row
+//! shape). A run of `rows`, `handle` or `sglang` appends into a buffer that already
 //! has the room (a router's reused buffer).
 
 #[path = "../benches/common/mod.rs"]
@@ -40,8 +42,8 @@ fn timed_copy(input: &[u8], chunk: usize, out: &mut Vec<u8>) {
 }
 
 #[inline(never)]
-fn timed_merge(prefill: &[u8], decode: &mut Vec<u8>) -> bool {
-    Stitcher::new()
+fn timed_merge(stitcher: &Stitcher, prefill: &[u8], decode: &mut Vec<u8>) -> bool {
+    stitcher
         .merge_bytes(prefill, decode, Stitch::ForPd)
         .unwrap()
 }
@@ -52,7 +54,12 @@ fn main() {
     let n: usize = args.get(2).and_then(|n| n.parse().ok()).unwrap_or(10);
     let (prefill, data) = match what {
         "handle" | "handle_merge" => stream::by_handle_pair(),
+        "sglang" | "sglang_merge" => stream::sglang_pair(),
         _ => (stream::inline_prefill(), stream::inline_rows_data()),
+    };
+    let stitcher = match what {
+        "sglang" | "sglang_merge" => Stitcher::new().row_shape(48, 8),
+        _ => Stitcher::new(),
     };
     match what {
         "tokens" | "copy" => {
@@ -71,13 +78,13 @@ fn main() {
             }
             black_box(&outs);
         }
-        "rows" | "handle" => {
+        "rows" | "handle" | "sglang" => {
             let event = stream::event(&data);
             let mut outs: Vec<Vec<u8>> = (0..n)
                 .map(|_| Vec::with_capacity(2 * event.len()))
                 .collect();
             let mut stitchers: Vec<StreamStitcher> = (0..n)
-                .map(|_| StreamStitcher::new(Stitcher::new(), &prefill[..]).unwrap())
+                .map(|_| StreamStitcher::new(stitcher.clone(), &prefill[..]).unwrap())
                 .collect();
             for (s, out) in stitchers.iter_mut().zip(&mut outs) {
                 timed_feed(s, &event, event.len(), out);
@@ -85,10 +92,10 @@ fn main() {
             }
             black_box(&outs);
         }
-        "rows_merge" | "handle_merge" => {
+        "rows_merge" | "handle_merge" | "sglang_merge" => {
             let mut decodes: Vec<Vec<u8>> = (0..n).map(|_| data.clone()).collect();
             for d in &mut decodes {
-                assert!(timed_merge(&prefill, d));
+                assert!(timed_merge(&stitcher, &prefill, d));
             }
             black_box(&decodes);
         }

@@ -8,6 +8,8 @@
 #   scripts/callgrind_stream.sh tokens 10       # 20,000 token events (2.8 MB)
 #   scripts/callgrind_stream.sh rows 10         # the inline rows event
 #   scripts/callgrind_stream.sh rows_merge 10   # the bytes merge of its data
+#   scripts/callgrind_stream.sh sglang 10       # SGLang's finished /generate event
+#   scripts/callgrind_stream.sh sglang_merge 10 # the bytes merge of its data
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-tokens}" n="${2:-10}"

@@ -76,8 +76,6 @@
 //! event (a vLLM token chunk, with its `"routed_experts":null`) is passed on
 //! after memchr-class searches of its bytes, without being parsed.
 
-use serde_json::Value;
-
 use crate::bytes::{self, Doc, ScannedValue};
 use crate::error::{Error, Side};
 use crate::fields::ROUTED_EXPERTS;
@@ -1037,8 +1035,6 @@ fn rows_slots(fields: &[&str], doc: &Doc<'_>) -> Vec<Slot> {
             }
         }
     }
-    // SGLang's slots lie one level deeper than the scanner indexes: the
-    // member that holds one is scanned on its own (only when it is there).
     sglang_slots(root, &mut slots);
     slots
 }
@@ -1051,58 +1047,40 @@ fn choice_index<'a, V: View<'a>>(choice: V, position: usize) -> u64 {
         .unwrap_or(position as u64)
 }
 
-/// Whether `object` (a recorded value) is an object with a non-null
-/// `routed_experts`, read by scanning its text.
+/// Whether `object` is an object with a non-null `routed_experts`. The
+/// scanner records the members of SGLang's slots (`meta_info`, `sglext`, a
+/// choice's `sgl_ext`), of a batch's items too, so this reads its index.
 fn has_rows_member(object: Option<ScannedValue<'_>>) -> bool {
-    let Some(object) = object.filter(|o| o.kind() == crate::view::Kind::Object) else {
-        return false;
-    };
-    Doc::scan(object.text()).is_ok_and(|doc| {
-        ScannedValue::root(&doc)
-            .get(ROUTED_EXPERTS)
-            .is_some_and(|rows| !rows.is_null())
-    })
+    object
+        .filter(|o| o.kind() == crate::view::Kind::Object)
+        .and_then(|o| o.get(ROUTED_EXPERTS))
+        .is_some_and(|rows| !rows.is_null())
 }
 
 /// SGLang's rows slots of the data `root`: `meta_info` (by the output's
 /// `index`), `sglext`, and `choices[0].sgl_ext`; of each element, when the
 /// data is an array.
 fn sglang_slots(root: ScannedValue<'_>, slots: &mut Vec<Slot>) {
-    if root.kind() == crate::view::Kind::Array {
-        // The scanner does not index an array's elements (SGLang answers a
-        // batch with one; it streams objects): read as a tree.
-        let items = serde_json::from_slice::<Vec<Value>>(root.text()).unwrap_or_default();
-        let has_rows = |v: Option<&Value>| {
-            v.and_then(|v| v.get(ROUTED_EXPERTS))
-                .is_some_and(|r| !r.is_null())
-        };
-        for (k, item) in (0..).zip(&items) {
-            if has_rows(item.get("meta_info")) {
-                let index = item.get("index").and_then(Value::as_u64).unwrap_or(k);
-                slots.push(Slot::Generate(index));
-            }
-            if has_rows(item.get("sglext")) {
-                slots.push(Slot::SglExt);
-            }
-            let first = item.get("choices").and_then(|c| c.get(0));
-            if has_rows(first.and_then(|c| c.get("sgl_ext"))) {
-                let index = first
-                    .and_then(|c| c.get("index"))
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0);
-                slots.push(Slot::Choice(index));
+    match root.elements() {
+        Some(items) if root.kind() == crate::view::Kind::Array => {
+            for (k, item) in (0..).zip(items) {
+                sglang_item_slots(item, k, slots);
             }
         }
-        return;
+        _ => sglang_item_slots(root, 0, slots),
     }
-    if has_rows_member(root.get("meta_info")) {
-        let index = root.get("index").and_then(View::as_u64).unwrap_or(0);
+}
+
+/// The slots of one SGLang output, the `position`-th of its batch.
+fn sglang_item_slots(item: ScannedValue<'_>, position: u64, slots: &mut Vec<Slot>) {
+    if has_rows_member(item.get("meta_info")) {
+        let index = item.get("index").and_then(View::as_u64).unwrap_or(position);
         slots.push(Slot::Generate(index));
     }
-    if has_rows_member(root.get("sglext")) {
+    if has_rows_member(item.get("sglext")) {
         slots.push(Slot::SglExt);
     }
-    if let Some(first) = root.get("choices").and_then(|c| c.index(0)) {
+    if let Some(first) = item.get("choices").and_then(|c| c.index(0)) {
         if has_rows_member(first.get("sgl_ext")) {
             let slot = Slot::Choice(choice_index(first, 0));
             if !slots.contains(&slot) {

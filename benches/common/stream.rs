@@ -62,3 +62,20 @@ pub fn event(data: &[u8]) -> Vec<u8> {
     event.extend_from_slice(b"\n\n");
     event
 }
+
+/// An SGLang `/generate` pair as the stream stitcher meets it: the
+/// prefill's output (1,024 prompt positions of 48 x 8 int32 ids, rows
+/// `[0, P)`) and the data of the decode's finished event, full-length (its
+/// 1,536 positions `[0, P + N - 1)`, the prompt's zeros as a fresh SGLang
+/// decode answers them), with the `meta_info` members the engine writes.
+pub fn sglang_pair() -> (Vec<u8>, Vec<u8>) {
+    const WIDTH: usize = 48 * 8 * 4;
+    let ids = |rows: usize, fill: u8| STANDARD.encode(vec![fill; rows * WIDTH]);
+    let output = |completion: usize, rows: String| {
+        format!(
+            "{{\"output_ids\":[1],\"meta_info\":{{\"id\":\"3083de8b\",\"finish_reason\":{{\"type\":\"length\",\"length\":{completion}}},\"prompt_tokens\":1024,\"weight_version\":\"default\",\"completion_tokens\":{completion},\"cached_tokens\":0,\"routed_experts\":\"{rows}\",\"e2e_latency\":0.5}}}}"
+        )
+        .into_bytes()
+    };
+    (output(1, ids(1024, 1)), output(513, ids(1536, 0)))
+}
