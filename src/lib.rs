@@ -127,6 +127,7 @@
 
 pub mod algebra;
 pub mod bytes;
+mod codec;
 #[cfg(feature = "verify")]
 pub mod compare;
 mod error;
@@ -150,8 +151,8 @@ mod strict;
 pub mod testing;
 mod view;
 
+pub use codec::{Base64Error, Form, NpyError};
 pub use error::{Error, ErrorKind, Location, Side, Step};
-pub use inline::{Base64Error, Form, NpyError};
 // The README's examples run as doc tests, so they cannot go stale.
 // The README's Rust examples use the `testing` feature.
 #[cfg(all(doctest, feature = "testing"))]
