@@ -144,6 +144,7 @@ pub mod sglang;
 #[cfg(feature = "verify")]
 pub mod sim;
 mod splice;
+mod stitch;
 mod stitcher;
 pub mod stream;
 mod strict;
@@ -160,7 +161,8 @@ pub use error::{Error, ErrorKind, Location, Side, Step};
 struct ReadmeDoctests;
 
 pub use fields::{DEFAULT_FIELDS, ROUTED_EXPERTS, ROUTED_EXPERT_WEIGHTS};
+pub use stitch::Stitch;
 pub use stitcher::{
     merge_routed_experts_for_pd, merge_routed_experts_in_json, merge_routed_payload_in_json,
-    prefill_has_routed_experts, Stitch, Stitcher,
+    prefill_has_routed_experts, Stitcher,
 };
