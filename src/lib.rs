@@ -90,6 +90,14 @@
 //! - [`Error`]: what went wrong, and where; [`Form`], [`Base64Error`] and
 //!   [`NpyError`] say more about inline rows.
 //!
+//! Inside, the files stand in layers, each importing only from its own or
+//! those below: the algebra; the codecs of rows (base64, `.npy`, merged
+//! text); the errors; the response as read; the formats of rows (by handle,
+//! inline, SGLang) and [`Stitch`]; the one plan of a merge; its adapters to
+//! `serde_json::Value` and to [`bytes`]; [`Stitcher`]; [`stream`]; this root;
+//! and the verifiers on top. `scripts/layering.py` checks the order; the
+//! README's "Layout" places every file.
+//!
 //! # Cargo features
 //!
 //! - `cli` (default): the `pd-stitch` command (`merge`, `check`, `gather`,

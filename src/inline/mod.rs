@@ -24,10 +24,6 @@ pub(crate) mod anchor;
 use std::borrow::Cow;
 
 use crate::algebra::{Dtype, Segment};
-// `pub(crate)` only for a test in `sglang/sim.rs` that still names the codec
-// by its path before it moved, `crate::inline::base64`: private once it names
-// `crate::codec::base64`.
-pub(crate) use crate::codec::base64;
 use crate::codec::base64::Base64;
 use crate::codec::text::{Encoder, Text, DECODE, PREFILL};
 use crate::codec::{npy, Form, NpyError};
@@ -38,6 +34,11 @@ use crate::response::{prefill_choice, prefill_rows, rows_at};
 use crate::view::{describe_view, Kind, View};
 
 use anchor::Counts;
+
+// The codec by its path before it moved, for a test in `sglang/sim.rs` that
+// still names `crate::inline::base64`; to go once it names `crate::codec`.
+#[cfg(all(test, feature = "verify"))]
+pub(crate) use crate::codec::base64;
 
 /// The prefill's inline rows, validated.
 pub(crate) struct PrefillRows<'p> {
@@ -138,7 +139,7 @@ pub(crate) fn read_rows(
 /// The standard base64 text of `bytes`.
 #[cfg(feature = "verify")]
 pub(crate) fn encode_base64(bytes: &[u8]) -> String {
-    base64::encode(bytes)
+    crate::codec::base64::encode(bytes)
 }
 
 /// The version 1.0 `.npy` file of a C-order array of `dtype` and `shape`
