@@ -129,8 +129,8 @@ impl Text {
     }
 
     /// The edit of a buffer that holds the decode's rows string which gives
-    /// it this text, with [`PREFILL`] the prefill's rows text
-    /// `prefill` and [`DECODE`] the decode's, `decode`.
+    /// it this text, with [`PREFILL`] the prefill's rows text `prefill` and
+    /// [`DECODE`] the decode's, `decode`.
     ///
     /// `whole` is the range the string takes in the buffer, replaced by the
     /// text (between quotes when `quote`). When the buffer holds `decode`
