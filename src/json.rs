@@ -2,7 +2,7 @@
 //! where.
 
 use crate::algebra::Dtype;
-use crate::error::{Error, Location};
+use crate::error::{Error, Location, Side};
 use crate::view::{describe_view, Kind, View};
 
 /// A JSON integer in `0..=u64::MAX`, or [`Error::Integer`] at `at()`.
@@ -86,6 +86,6 @@ pub(crate) fn dims<'a, V: View<'a>>(shape: V) -> impl Iterator<Item = u64> + 'a 
 }
 
 /// `side choices[choice]`.
-pub(crate) fn choice_at(side: crate::Side, choice: usize) -> Location {
+pub(crate) fn choice_at(side: Side, choice: usize) -> Location {
     Location::root(side).key("choices").index(choice)
 }

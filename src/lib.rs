@@ -90,6 +90,14 @@
 //! - [`Error`]: what went wrong, and where; [`Form`], [`Base64Error`] and
 //!   [`NpyError`] say more about inline rows.
 //!
+//! Inside, the files stand in layers, each importing only from its own or
+//! those below: the algebra; the codecs of rows (base64, `.npy`, merged
+//! text); the errors; the response as read; the formats of rows (by handle,
+//! inline, SGLang) and [`Stitch`]; the one plan of a merge; its adapters to
+//! `serde_json::Value` and to [`bytes`]; [`Stitcher`]; [`stream`]; this root;
+//! and the verifiers on top. `scripts/layering.py` checks the order; the
+//! README's "Layout" places every file.
+//!
 //! # Cargo features
 //!
 //! - `cli` (default): the `pd-stitch` command (`merge`, `check`, `gather`,
@@ -127,6 +135,7 @@
 
 pub mod algebra;
 pub mod bytes;
+mod codec;
 #[cfg(feature = "verify")]
 pub mod compare;
 mod error;
@@ -143,6 +152,7 @@ pub mod sglang;
 #[cfg(feature = "verify")]
 pub mod sim;
 mod splice;
+mod stitch;
 mod stitcher;
 pub mod stream;
 mod strict;
@@ -150,8 +160,8 @@ mod strict;
 pub mod testing;
 mod view;
 
+pub use codec::{Base64Error, Form, NpyError};
 pub use error::{Error, ErrorKind, Location, Side, Step};
-pub use inline::{Base64Error, Form, NpyError};
 // The README's examples run as doc tests, so they cannot go stale.
 // The README's Rust examples use the `testing` feature.
 #[cfg(all(doctest, feature = "testing"))]
@@ -159,7 +169,8 @@ pub use inline::{Base64Error, Form, NpyError};
 struct ReadmeDoctests;
 
 pub use fields::{DEFAULT_FIELDS, ROUTED_EXPERTS, ROUTED_EXPERT_WEIGHTS};
+pub use stitch::Stitch;
 pub use stitcher::{
     merge_routed_experts_for_pd, merge_routed_experts_in_json, merge_routed_payload_in_json,
-    prefill_has_routed_experts, Stitch, Stitcher,
+    prefill_has_routed_experts, Stitcher,
 };

@@ -17,7 +17,7 @@
 
 use std::ops::Range;
 
-use crate::inline::decoded::Decoded;
+use crate::codec::decoded::Decoded;
 
 /// Replace the bytes `range` of a buffer by the runs `parts`.
 #[derive(Debug, PartialEq, Eq)]
@@ -321,7 +321,7 @@ pub(crate) fn extend_into(buf: &[u8], edits: &[Edit<'_>], out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inline::base64::Base64;
+    use crate::codec::base64::Base64;
     use proptest::prelude::*;
 
     /// The reference: a new buffer, written front to back.

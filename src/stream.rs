@@ -81,8 +81,9 @@ use crate::error::{Error, Side};
 use crate::fields::ROUTED_EXPERTS;
 use crate::handle::Keys;
 use crate::inline::anchor::{self, Counts};
+use crate::stitch::Stitch;
+use crate::stitcher::Stitcher;
 use crate::view::View;
-use crate::{Stitch, Stitcher};
 
 /// The UTF-8 byte-order mark, which the event stream's decoder strips.
 const BOM: &[u8] = b"\xEF\xBB\xBF";

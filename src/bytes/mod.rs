@@ -88,6 +88,7 @@ use crate::error::{Error, Side};
 use crate::fields::DEFAULT_FIELDS;
 use crate::merge::{self, default_spec, Spec};
 use crate::splice::{self, Edit};
+use crate::stitch;
 
 pub(crate) use scan::Doc;
 pub(crate) use view::ScannedValue;
@@ -102,7 +103,7 @@ pub(crate) use view::ScannedValue;
 /// first), else the errors of the `Value` function, at the same places; on
 /// error `decode` is unchanged.
 pub fn merge_routed_experts_for_pd(prefill: &[u8], decode: &mut Vec<u8>) -> Result<bool, Error> {
-    merge(default_spec(crate::Stitch::ForPd), prefill, decode)
+    merge(default_spec(stitch::Stitch::ForPd), prefill, decode)
 }
 
 /// [`merge_routed_payload_in_json`](crate::merge_routed_payload_in_json) on
@@ -112,7 +113,7 @@ pub fn merge_routed_experts_for_pd(prefill: &[u8], decode: &mut Vec<u8>) -> Resu
 ///
 /// As [`merge_routed_experts_for_pd`].
 pub fn merge_routed_payload_in_json(prefill: &[u8], decode: &mut Vec<u8>) -> Result<bool, Error> {
-    merge(default_spec(crate::Stitch::Payload), prefill, decode)
+    merge(default_spec(stitch::Stitch::Payload), prefill, decode)
 }
 
 /// [`merge_routed_experts_in_json`](crate::merge_routed_experts_in_json) on
@@ -122,7 +123,7 @@ pub fn merge_routed_payload_in_json(prefill: &[u8], decode: &mut Vec<u8>) -> Res
 ///
 /// As [`merge_routed_experts_for_pd`].
 pub fn merge_routed_experts_in_json(prefill: &[u8], decode: &mut Vec<u8>) -> Result<bool, Error> {
-    merge(default_spec(crate::Stitch::Inline), prefill, decode)
+    merge(default_spec(stitch::Stitch::Inline), prefill, decode)
 }
 
 /// [`prefill_has_routed_experts`](crate::prefill_has_routed_experts) on raw
@@ -209,7 +210,7 @@ pub(crate) fn merge<S: AsRef<str>, B: Buffer + ?Sized>(
 
 /// The selector of what to stitch, which moved to the crate's root.
 #[deprecated(since = "0.3.0", note = "use `pd_stitch::Stitch`")]
-pub type Stitch = crate::Stitch;
+pub type Stitch = crate::stitch::Stitch;
 
 /// A merged decode, planned and validated but not yet written: how long it
 /// is, and a way to write it into a buffer of that length. Given to the

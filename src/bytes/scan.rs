@@ -16,8 +16,8 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
+use crate::codec::base64::{alphabet_run, in_alphabet};
 use crate::fields::ROUTED_EXPERTS;
-use crate::inline::base64::{alphabet_run, in_alphabet};
 
 use crate::view::Kind;
 

@@ -14,9 +14,10 @@ use std::ops::Range;
 
 use super::scan::Doc;
 use super::view::ScannedValue;
+use crate::codec::text::Text;
 use crate::fields::ROUTED_EXPERTS;
 use crate::handle::Fate;
-use crate::inline::{rows_text, Merged, Text};
+use crate::inline::{rows_text, Merged};
 use crate::merge::Plan;
 use crate::response::prefill_rows;
 use crate::splice::Edit;

@@ -27,9 +27,7 @@ pub use location::{Location, Side, Step};
 use location::root_of;
 
 use crate::algebra::{Dtype, LayoutProblem, Overflow, PositionProblem, Rows, SupportedNames};
-use crate::inline::base64::Base64Error;
-use crate::inline::form::Form;
-use crate::inline::npy::NpyError;
+use crate::codec::{Base64Error, Form, NpyError};
 
 /// What [`Error::MissingDecodeRows`] says: of a vLLM choice's inline rows,
 /// or of SGLang rows in another place.

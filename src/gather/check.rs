@@ -10,9 +10,10 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use crate::algebra::{check_layout, Dtype, LayoutProblem, Segment};
+use crate::codec::Form;
 use crate::error::{describe, Location, Side};
 use crate::fields::ROUTED_EXPERTS;
-use crate::inline::{self, Form};
+use crate::inline;
 use crate::reading::{FieldTable, Layout};
 use crate::response::item_at;
 

@@ -11,10 +11,11 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use crate::algebra::{Dtype, Rows, Segment};
+use crate::codec::{Form, NpyError};
 use crate::error::{describe, Error, Location, Side};
 use crate::fields::ROUTED_EXPERTS;
 use crate::handle::Keys;
-use crate::inline::{self, Form, NpyError};
+use crate::inline;
 use crate::json::choice_at;
 use crate::response::item_at;
 
@@ -226,7 +227,7 @@ fn read_layout(layout: Layout<'_>, store: &Store, choice: usize) -> Result<Gathe
         } else {
             narrow.clear();
             store.read(segment.file(), segment.byte_range(), at, &mut narrow)?;
-            inline::widen::widen(&narrow, itemsize, wide, &mut data);
+            crate::codec::widen::widen(&narrow, itemsize, wide, &mut data);
         }
         pieces.push((segment.pos(), data));
     }

@@ -6,10 +6,11 @@ use std::borrow::Cow;
 use serde_json::{Map, Value};
 
 use super::{Plan, Spec};
+use crate::codec::text::Text;
 use crate::error::Error;
 use crate::fields::ROUTED_EXPERTS;
 use crate::handle::Fate;
-use crate::inline::{rows_text, Merged, Text};
+use crate::inline::{rows_text, Merged};
 use crate::response::prefill_rows;
 use crate::sglang::{Place, Slot};
 use crate::splice;

@@ -23,11 +23,10 @@ pub(crate) use crate::algebra::Convention;
 pub(crate) use crate::algebra::PositionProblem;
 
 use crate::algebra::Rows;
+use crate::codec::base64::Base64;
+use crate::codec::text::{Encoder, Text, DECODE, PREFILL};
 use crate::error::{Error, Location, Side};
 use crate::fields::ROUTED_EXPERTS;
-use crate::inline::base64::Base64;
-use crate::inline::text::Encoder;
-use crate::inline::{Text, DECODE, PREFILL};
 use crate::json;
 use crate::view::{Kind, View};
 use solve::{Facts, Fault, Value as Which};

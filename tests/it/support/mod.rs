@@ -67,7 +67,7 @@ fn regressions_go_only_under_proptest_regressions() {
     for (name, file) in [
         ("laws", "laws.txt"),
         ("router_testing", "router_testing.txt"),
-        ("inline/base64", "inline/base64.txt"),
+        ("codec/base64", "codec/base64.txt"),
         ("a-b_C9", "a-b_C9.txt"),
     ] {
         assert_eq!(

@@ -11,8 +11,7 @@
 //! little-endian or without byte order, in C order. Anything else (Fortran
 //! order, big-endian, object or structured dtypes) is an error, never a guess.
 
-use std::fmt;
-
+use super::error::NpyError;
 use crate::algebra::Dtype;
 
 const MAGIC: &[u8; 6] = b"\x93NUMPY";
@@ -329,76 +328,6 @@ impl<'a> Parser<'a> {
         Ok(value)
     }
 }
-
-/// Why a `.npy` file cannot be read as rows.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum NpyError {
-    /// It does not start with `\x93NUMPY`.
-    Magic,
-    /// A format version other than 1.0, 2.0, 3.0.
-    Version(u8, u8),
-    /// It ends inside the header.
-    Truncated,
-    /// The header dict cannot be read; says what was wrong.
-    Syntax(&'static str),
-    /// The header dict lacks a key.
-    MissingKey(&'static str),
-    /// A dtype that cannot hold rows: object (pickled), structured, string,
-    /// `bfloat16`, or an unknown type code.
-    Descr(String),
-    /// A big-endian dtype.
-    BigEndian(String),
-    /// A multi-byte dtype in native byte order (`=`, or `|`, which NumPy
-    /// reads as `=` for more than one byte): it does not say which order it is.
-    NativeOrder(String),
-    /// `fortran_order: True`.
-    FortranOrder,
-    /// The array is not `(seq, layers, topk)`.
-    Dimensions(usize),
-    /// The data after the header is not `prod(shape) * itemsize` bytes long.
-    DataLength {
-        /// The size the header implies.
-        expected: u64,
-        /// The size present.
-        got: u64,
-    },
-}
-
-impl fmt::Display for NpyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            NpyError::Magic => f.write_str("not a .npy file (no \\x93NUMPY magic)"),
-            NpyError::Version(major, minor) => {
-                write!(f, "unsupported .npy format version {major}.{minor}")
-            }
-            NpyError::Truncated => f.write_str("the .npy header is truncated"),
-            NpyError::Syntax(what) => write!(f, "bad .npy header: {what}"),
-            NpyError::MissingKey(key) => write!(f, "the .npy header has no {key:?}"),
-            NpyError::Descr(descr) => write!(f, "unsupported .npy dtype {descr:?}"),
-            NpyError::BigEndian(descr) => {
-                write!(f, "big-endian .npy dtype {descr:?} is not supported")
-            }
-            NpyError::NativeOrder(descr) => write!(
-                f,
-                "native-order .npy dtype {descr:?} does not say its byte order"
-            ),
-            NpyError::FortranOrder => f.write_str("Fortran-order .npy arrays are not supported"),
-            NpyError::Dimensions(n) => write!(
-                f,
-                "the array has {n} dimensions; rows need 3 (seq, layers, topk)"
-            ),
-            NpyError::DataLength { expected, got } => {
-                write!(
-                    f,
-                    "the array data is {got} bytes; its shape and dtype need {expected}"
-                )
-            }
-        }
-    }
-}
-
-impl std::error::Error for NpyError {}
 
 #[cfg(test)]
 mod tests {

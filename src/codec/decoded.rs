@@ -91,7 +91,7 @@ impl Decoded<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inline::widen::widen;
+    use crate::codec::widen::widen;
 
     /// Widening across several steps of the renderer, for every pair of
     /// sizes: the text is the plain encoding of the widened bytes.

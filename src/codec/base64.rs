@@ -22,10 +22,11 @@
 //! it reads a string, so a text read from bytes is not even scanned twice
 //! ([`Base64::parse_counted`]).
 
-use std::fmt;
 use std::ops::Range;
 
 use base64_simd::{Out, STANDARD};
+
+use super::error::Base64Error;
 
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
@@ -269,67 +270,6 @@ pub(crate) fn encode_slice(bytes: &[u8], out: &mut [u8]) {
         let _ = STANDARD.encode(bytes, Out::from_slice(out));
     }
 }
-
-/// Why a text is not canonical standard base64. Indices count characters
-/// from the start of the text.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Base64Error {
-    /// The length is not a multiple of 4.
-    Length(usize),
-    /// A character outside the standard alphabet (`-`, `_`, white space, ...).
-    Character {
-        /// Its index.
-        at: usize,
-        /// The byte.
-        byte: u8,
-    },
-    /// `=` where it does not belong: inside the text, or more than two.
-    Padding(usize),
-    /// The last character before the padding has bits set that encode no
-    /// byte, so this is not the canonical text of its bytes.
-    NonCanonical(usize),
-}
-
-impl Base64Error {
-    fn shift(self, by: usize) -> Base64Error {
-        match self {
-            Base64Error::Character { at, byte } => Base64Error::Character { at: at + by, byte },
-            Base64Error::Padding(at) => Base64Error::Padding(at + by),
-            Base64Error::NonCanonical(at) => Base64Error::NonCanonical(at + by),
-            Base64Error::Length(n) => Base64Error::Length(n),
-        }
-    }
-}
-
-impl fmt::Display for Base64Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            Base64Error::Length(n) => write!(f, "length {n} is not a multiple of 4"),
-            Base64Error::Character { at, byte } if byte.is_ascii_graphic() => {
-                write!(
-                    f,
-                    "character {:?} at {at} is not in the standard alphabet",
-                    byte as char
-                )
-            }
-            Base64Error::Character { at, byte } => {
-                write!(
-                    f,
-                    "byte 0x{byte:02x} at {at} is not in the standard alphabet"
-                )
-            }
-            Base64Error::Padding(at) => write!(f, "misplaced padding '=' at {at}"),
-            Base64Error::NonCanonical(at) => {
-                write!(
-                    f,
-                    "character at {at} has unused bits set (not the canonical encoding)"
-                )
-            }
-        }
-    }
-}
-
-impl std::error::Error for Base64Error {}
 
 #[cfg(test)]
 mod tests {

@@ -24,6 +24,11 @@ use crate::splice::Edit;
 /// numbered (the prefill's rows 0, the decode choice's rows 1).
 pub(crate) type SourceId = usize;
 
+/// The [`Piece::Copy`] source of the prefill's rows text in a merged text.
+pub(crate) const PREFILL: SourceId = 0;
+/// The [`Piece::Copy`] source of the decode choice's own rows text.
+pub(crate) const DECODE: SourceId = 1;
+
 /// One run of merged text.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Piece {
@@ -124,8 +129,8 @@ impl Text {
     }
 
     /// The edit of a buffer that holds the decode's rows string which gives
-    /// it this text, with [`PREFILL`](super::PREFILL) the prefill's rows text
-    /// `prefill` and [`DECODE`](super::DECODE) the decode's, `decode`.
+    /// it this text, with [`PREFILL`] the prefill's rows text `prefill` and
+    /// [`DECODE`] the decode's, `decode`.
     ///
     /// `whole` is the range the string takes in the buffer, replaced by the
     /// text (between quotes when `quote`). When the buffer holds `decode`
@@ -147,7 +152,7 @@ impl Text {
         quote: bool,
     ) -> Edit<'p> {
         let kept = match (verbatim_at, self.pieces.last()) {
-            (Some(at), Some(Piece::Copy(super::DECODE, tail))) if tail.end == decode.len() => {
+            (Some(at), Some(Piece::Copy(DECODE, tail))) if tail.end == decode.len() => {
                 Some((at, tail.start))
             }
             _ => None,
@@ -168,29 +173,29 @@ impl Text {
                 (Piece::Own(range), _) => {
                     edit.push_own(self.own.get(range.clone()).unwrap_or_default())
                 }
-                (Piece::Copy(super::PREFILL, range), Some(&Cow::Borrowed(p))) => {
+                (Piece::Copy(PREFILL, range), Some(&Cow::Borrowed(p))) => {
                     edit.push_slice(p.get(range.clone()).unwrap_or_default())
                 }
-                (Piece::Copy(super::PREFILL, range), Some(Cow::Owned(p))) => {
+                (Piece::Copy(PREFILL, range), Some(Cow::Owned(p))) => {
                     edit.push_own(p.get(range.clone()).unwrap_or_default())
                 }
                 // The plan read the prefill's rows: not reached.
-                (Piece::Copy(super::PREFILL, _), None) => {}
+                (Piece::Copy(PREFILL, _), None) => {}
                 (Piece::Copy(_, range), _) => {
                     edit.push_own(decode.get(range.clone()).unwrap_or_default())
                 }
                 (Piece::Decoded { source, .. }, prefill) => match (*source, prefill) {
-                    (super::PREFILL, Some(&Cow::Borrowed(p))) => {
+                    (PREFILL, Some(&Cow::Borrowed(p))) => {
                         if let Some(run) = self.decoded(piece, p) {
                             edit.push_decoded(run);
                         }
                     }
-                    (super::PREFILL, Some(Cow::Owned(p))) => {
+                    (PREFILL, Some(Cow::Owned(p))) => {
                         if let Some(run) = self.decoded(piece, p) {
                             edit.push_decoded_now(run);
                         }
                     }
-                    (super::PREFILL, None) => {}
+                    (PREFILL, None) => {}
                     // The decode's own run: read from the buffer as it was
                     // when the edit is made, or rendered now.
                     _ => match (self.decoded(piece, decode), verbatim_at) {
@@ -576,8 +581,8 @@ mod tests {
             for from in 0..=decode_bytes.len() {
                 for to in from..=decode_bytes.len() {
                     let mut encoder = Encoder::new();
-                    encoder.push_widened(&prefill, super::super::PREFILL, 0, 6, 1, wide);
-                    encoder.push_base64(&decode, super::super::DECODE, from, to);
+                    encoder.push_widened(&prefill, PREFILL, 0, 6, 1, wide);
+                    encoder.push_base64(&decode, DECODE, from, to);
                     let text = encoder.finish();
                     let expected = text.to_string(&[&prefill_text, &decode_text]);
                     for owned in [false, true] {

@@ -1,0 +1,300 @@
+#!/usr/bin/env python3
+"""Fail when a file of src/ imports from a layer above its own.
+
+LAYERS below orders the files of src/ from the bottom up. A file may import
+from its own layer or from one below it, never from one above: the codecs know
+no response, the formats no plan, the plan no adapter, and only the verifiers
+and the command may use everything.
+
+Imports are read as scripts/import_cycles.py reads them, with its functions: a
+path `crate::...` or `super::...` in a file's code (outside comments and its
+test module) leads into the deepest module that is a prefix of it. Two more
+readings, so that no import slips past:
+
+- a path that leads into no module names an item of the crate's root
+  (`crate::Stitch`, re-exported by lib.rs): it imports the root file, lib.rs
+  (main.rs for the command's own files), which sits near the top;
+- a path that starts with a child module the file declares (`mod model;` and
+  then `pub use model::X`, or `self::model::X`) imports that child.
+
+Every file of src/ must be in a layer, and every path of the table must name a
+file: a new file is placed on purpose, not by default.
+
+    python3 scripts/layering.py              # check src/ (what .ci/run does)
+    python3 scripts/layering.py --self-test  # the check fails on planted upward imports
+"""
+import os
+import re
+import shutil
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from import_cycles import code_of, deepest_module, module_of, named_paths  # noqa: E402
+
+# The layers, from the bottom: (name, paths under src/). A path ending in `/`
+# is a folder; a file is in the layer of the longest path that names it.
+LAYERS = [
+    # The pure model of a merge: dtypes, position intervals, segments, the
+    # merge rule, strict mode's layout rule, SGLang's position problems. No
+    # JSON, no I/O.
+    ("algebra", ["algebra/"]),
+    # Bytes and text of rows, not responses: strict base64, the .npy header,
+    # dtype widening, decoded runs, merged rows text; what the codecs refuse
+    # and the two forms of inline rows (a leaf the error layer names); and
+    # the edits of a byte buffer that a merged text becomes (splice.rs).
+    ("codec", ["codec/", "splice.rs"]),
+    # The one error type: Error, ErrorKind, where in a response (Location),
+    # offending values shortened for messages. Names the algebra's problems
+    # and the codecs' errors, nothing above.
+    ("error", ["error/"]),
+    # A response as the formats read it: the View either representation
+    # offers, typed values with their locations, where the stitched values
+    # sit, and the field names.
+    ("view", ["fields.rs", "view.rs", "json.rs", "response.rs"]),
+    # The kinds of rows, each read, checked and planned: by handle (with
+    # strict mode's check, which the by-handle planner holds its planned
+    # payload against), inline vLLM/prime-rl rows, SGLang's rows with their
+    # position solver; and Stitch, which kinds a merge stitches.
+    ("formats", ["handle.rs", "strict.rs", "inline/", "sglang/", "stitch.rs"]),
+    # The one plan of a merge: every kind of rows planned in one validating
+    # pass through a View, before anything is written.
+    ("plan", ["merge/"]),
+    # The adapters that apply the plan: to a serde_json::Value
+    # (merge/value.rs) and to raw JSON bytes (bytes/).
+    ("adapters", ["merge/value.rs", "bytes/"]),
+    # Stitcher, the configured merge, and the free entry points.
+    ("stitcher", ["stitcher.rs"]),
+    # The streamed decode, stitched event by event by a Stitcher (which is
+    # why the stream sits above it).
+    ("stream", ["stream.rs"]),
+    # The crate's root: its documentation and its public names.
+    ("root", ["lib.rs"]),
+    # The verifiers and the command, which may use anything: the trainer's
+    # reading model, gather and check, compare, the simulators (SGLang's
+    # model and simulator among them), the generators for routers' tests,
+    # and the pd-stitch command.
+    (
+        "verifiers",
+        [
+            "reading/",
+            "gather/",
+            "compare/",
+            "sim/",
+            "sglang/model.rs",
+            "sglang/sim.rs",
+            "testing.rs",
+            "testing/",
+            "command/",
+            "main.rs",
+        ],
+    ),
+]
+
+UNPLACED = "add it to LAYERS in scripts/layering.py"
+TESTS = "#[cfg(test)]\nmod tests"
+MOD = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+([A-Za-z_]\w*)\s*;", re.M)
+
+
+def rust_files(root):
+    """Every .rs file under `root`, as its path from there with `/`."""
+    found = []
+    for folder, _, names in os.walk(root):
+        for name in names:
+            if name.endswith(".rs"):
+                path = os.path.relpath(os.path.join(folder, name), root)
+                found.append(path.replace(os.sep, "/"))
+    return sorted(found)
+
+
+def layer_of(path):
+    """The index in LAYERS of the longest path naming `path`, or None."""
+    best = None
+    for index, (_, paths) in enumerate(LAYERS):
+        for prefix in paths:
+            names = path.startswith(prefix) if prefix.endswith("/") else path == prefix
+            if names and (best is None or len(prefix) > best[1]):
+                best = (index, len(prefix))
+    return None if best is None else best[0]
+
+
+def child_paths(code, module, children):
+    """Paths that start with a child module declared in this file: `model::X`
+    or `self::model::X` (not `crate::model`, which named_paths reads)."""
+    for child in children:
+        if re.search(r"(?<![\w:])(?:self::)?" + child + r"::", code):
+            yield list(module) + [child]
+
+
+def imports(root):
+    """Each file's imports: {file: [(target file, the path as written)]}."""
+    files = rust_files(root)
+    texts = {}
+    for path in files:
+        with open(os.path.join(root, path), encoding="utf-8") as f:
+            texts[path] = f.read()
+    # The command's own modules (declared in main.rs) make a crate of their
+    # own, whose root is main.rs; the library's root is lib.rs.
+    binary = set(MOD.findall(code_of(texts.get("main.rs", ""))))
+    modules = {}
+    for path in files:
+        if path != "main.rs":
+            modules[module_of(os.path.join(root, path), root)] = path
+
+    found = {}
+    for path in files:
+        module = module_of(os.path.join(root, path), root)
+        in_binary = path == "main.rs" or (module and module[0] in binary)
+        crate_root = "main.rs" if in_binary else "lib.rs"
+        code = code_of(texts[path])
+        children = MOD.findall(code)
+        if path in ("lib.rs", "main.rs"):
+            children = [c for c in children if (c in binary) == (path == "main.rs")]
+        edges = []
+        named = [(p, "crate::" + "::".join(p)) for p in named_paths(code, module)]
+        named += [(p, p[-1] + "::...") for p in child_paths(code, module, children)]
+        for segments, written in named:
+            target = deepest_module(segments, modules)
+            target = modules[target] if target is not None else crate_root
+            if target != path:
+                edges.append((target, written))
+        found[path] = edges
+    return found
+
+
+def problems(root):
+    """What breaks the order, one line each (empty when the order holds)."""
+    out = []
+    files = rust_files(root)
+    for path in files:
+        if layer_of(path) is None:
+            out.append(f"src/{path} is in no layer: {UNPLACED}")
+    for name, paths in LAYERS:
+        for prefix in paths:
+            folder = prefix.endswith("/")
+            if not any(f == prefix or (folder and f.startswith(prefix)) for f in files):
+                out.append(f"layer {name}: {prefix} names no file of src/")
+    for path, edges in sorted(imports(root).items()):
+        mine = layer_of(path)
+        for target in sorted({target for target, _ in edges}):
+            theirs = layer_of(target)
+            if mine is not None and theirs is not None and theirs > mine:
+                written = ", ".join(sorted({w for t, w in edges if t == target}))
+                out.append(
+                    f"src/{path} ({LAYERS[mine][0]}) imports src/{target} "
+                    f"({LAYERS[theirs][0]}), a layer above it: {written}"
+                )
+    return out
+
+
+def check(root):
+    found = problems(root)
+    for line in found:
+        print("layering: " + line, file=sys.stderr)
+    edges = imports(root)
+    count = sum(len({target for target, _ in e}) for e in edges.values())
+    print(f"{len(edges)} files in {len(LAYERS)} layers, {count} imports, {len(found)} problems")
+    for index, (name, _) in enumerate(LAYERS):
+        members = [f for f in edges if layer_of(f) == index]
+        print(f"  {index:2} {name:10} {len(members):3} files")
+    return not found
+
+
+def child_files(src, path):
+    """The child modules `path` declares, each with its file under `src`."""
+    with open(os.path.join(src, path), encoding="utf-8") as f:
+        children = MOD.findall(code_of(f.read()))
+    folder = "" if path in ("lib.rs", "main.rs") else path[: -len(".rs")] + "/"
+    if path.endswith("/mod.rs"):
+        folder = path[: -len("mod.rs")]
+    for child in children:
+        for candidate in (f"{folder}{child}.rs", f"{folder}{child}/mod.rs"):
+            if os.path.exists(os.path.join(src, candidate)):
+                yield child, candidate
+
+
+def self_test(src="src"):
+    """On copies of src/: the clean copy passes; an import that a comment or
+    the test module makes passes; each planted upward import fails with
+    exactly that import: across every boundary of two layers, through the
+    crate's root, through `super::` and a group, from a parent to its child;
+    and a file in no layer fails."""
+    files = rust_files(src)
+    library = [f for f in files if f != "main.rs" and not f.startswith("command/")]
+    layers = [[f for f in library if layer_of(f) == index] for index in range(len(LAYERS))]
+
+    def item_in(path):
+        """A path to an item of the module of `path`, from the crate's root."""
+        return "::".join(["crate", *module_of(os.path.join(src, path), src), "Planted"])
+
+    def planted(path, text, at_end=False):
+        """The check's problems on a copy of src/ with `text` planted in
+        `path` after its opening comment, where the imports go (or at its end)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            root = os.path.join(tmp, "src")
+            shutil.copytree(src, root)
+            with open(os.path.join(root, path), encoding="utf-8") as f:
+                lines = f.read().split("\n")
+            at = next((i for i, line in enumerate(lines) if not line.startswith("//")), len(lines))
+            if at_end:
+                at = len(lines)
+            lines[at:at] = ["", text]
+            with open(os.path.join(root, path), "w", encoding="utf-8") as f:
+                f.write("\n".join(lines))
+            return problems(root)
+
+    def fails_once(found, path, target):
+        assert len(found) == 1, found
+        assert found[0].startswith(f"src/{path} ("), found
+        assert f" imports src/{target} (" in found[0], found
+
+    assert planted("lib.rs", "") == [], "the clean copy fails"
+
+    bottom, top = layers[0][0], layers[-1][0]
+    assert planted(bottom, f"// use {item_in(top)};") == [], "a comment is read as code"
+    untested = next(
+        (f for f in layers[0] if TESTS not in open(os.path.join(src, f), encoding="utf-8").read()),
+        layers[0][0],
+    )
+    test_module = f"#[cfg(test)]\nmod tests {{\n    use {item_in(top)};\n}}"
+    assert planted(untested, test_module, at_end=True) == [], "a test module is read"
+
+    for low, high in zip(layers, layers[1:]):
+        fails_once(planted(low[0], f"use {item_in(high[0])};"), low[0], high[0])
+    # Through the root: an item that lib.rs re-exports.
+    fails_once(planted(bottom, "use crate::Stitcher;"), bottom, "lib.rs")
+    # Through `super::` from two levels down, inside a group.
+    deep = next(f for f in layers[0] if len(module_of(os.path.join(src, f), src)) == 2)
+    group = "use super::super::{algebra::Rows, " + item_in(top)[len("crate::") :] + "};"
+    fails_once(planted(deep, group), deep, top)
+    # From a parent to a child in a layer above it, by the child's bare name.
+    parent, child, child_file = next(
+        (path, child, child_file)
+        for path in library
+        for child, child_file in child_files(src, path)
+        if layer_of(child_file) > layer_of(path)
+    )
+    fails_once(planted(parent, f"pub use {child}::Planted;"), parent, child_file)
+    # A file in no layer.
+    with tempfile.TemporaryDirectory() as tmp:
+        root = os.path.join(tmp, "src")
+        shutil.copytree(src, root)
+        open(os.path.join(root, "unplaced.rs"), "w", encoding="utf-8").close()
+        found = problems(root)
+    assert found == [f"src/unplaced.rs is in no layer: {UNPLACED}"], found
+
+    print(
+        f"self-test: the clean copy passes, and so do imports in a comment or a test module; "
+        f"fails on {len(layers) - 1} imports planted across each boundary, on imports "
+        f"through the root, through super:: and from {parent} to its child {child}, "
+        f"and on a file in no layer"
+    )
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--self-test"]:
+        self_test()
+    elif sys.argv[1:]:
+        sys.exit(__doc__)
+    else:
+        sys.exit(0 if check("src") else 1)

@@ -1,0 +1,38 @@
+//! [`Stitch`]: which kinds of rows a merge stitches. It sits below the plan,
+//! which reads it, and the entry points, which take it.
+
+/// Which rows a merge stitches: those of the entry point of the same name.
+/// The argument of [`Stitcher::merge`](crate::Stitcher::merge),
+/// [`Stitcher::merge_bytes`](crate::Stitcher::merge_bytes) and
+/// [`Stitcher::merge_bytes_with`](crate::Stitcher::merge_bytes_with).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Stitch {
+    /// Every kind of rows at once, atomically, as
+    /// [`merge_routed_experts_for_pd`](crate::merge_routed_experts_for_pd):
+    /// what a router calls.
+    ForPd,
+    /// Rows by handle only, as
+    /// [`merge_routed_payload_in_json`](crate::merge_routed_payload_in_json).
+    Payload,
+    /// Inline rows only, as
+    /// [`merge_routed_experts_in_json`](crate::merge_routed_experts_in_json).
+    Inline,
+}
+
+impl Stitch {
+    /// Whether inline rows are stitched.
+    pub(crate) fn inline(self) -> bool {
+        matches!(self, Stitch::ForPd | Stitch::Inline)
+    }
+
+    /// Whether rows by handle are stitched.
+    pub(crate) fn by_handle(self) -> bool {
+        matches!(self, Stitch::ForPd | Stitch::Payload)
+    }
+
+    /// Whether SGLang's rows are stitched: by the P/D merge, so that a
+    /// router calls one function whatever its engine.
+    pub(crate) fn sglang(self) -> bool {
+        matches!(self, Stitch::ForPd)
+    }
+}
