@@ -67,7 +67,7 @@ LAYERS = [
     ("stitcher", ["stitcher.rs"]),
     # The streamed decode, stitched event by event by a Stitcher (which is
     # why the stream sits above it).
-    ("stream", ["stream.rs"]),
+    ("stream", ["stream/"]),
     # The crate's root: its documentation and its public names.
     ("root", ["lib.rs"]),
     # The verifiers and the command, which may use anything: the trainer's
