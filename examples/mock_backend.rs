@@ -928,8 +928,12 @@ pub fn sglang_without_routing(mut response: Value) -> Value {
 /// generated token, each with the `meta_info` of that moment (no rows:
 /// SGLang collects them for a finished request), the last the whole
 /// output, rows and all. As SGLang 0.5.23's (`decode_stream.sse` in
-/// `tests/fixtures/engines/sglang/`), only the first event says when it
-/// was sent, and only the last has `weight_versions` and `e2e_latency`.
+/// `tests/fixtures/engines/sglang/`), of the events before it only the
+/// first says when it was sent, and none has `weight_versions` or
+/// `e2e_latency`; the last is the whole answer, which the engine's also
+/// is but for `response_sent_to_client_ts` (so that a stitched stream's
+/// last event equals a colocated server's whole answer, as the router
+/// tests, Rust and Python, compare it).
 fn sglang_events(output: &Value) -> Vec<Value> {
     const SENT: &str = "response_sent_to_client_ts";
     let completion = output["meta_info"]["completion_tokens"]
@@ -952,13 +956,7 @@ fn sglang_events(output: &Value) -> Vec<Value> {
         }
         events.push(event);
     }
-    let mut last = output.clone();
-    if let Some(meta) = last["meta_info"].as_object_mut() {
-        if completion > 1 {
-            meta.remove(SENT);
-        }
-    }
-    events.push(last);
+    events.push(output.clone());
     events
 }
 
