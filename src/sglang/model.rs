@@ -210,9 +210,10 @@ impl SlotPool {
         let (end, width) = (draw.end(), self.width());
         let from = draw.decode_start();
         let own = from.max(draw.prompt);
-        let mut ids = Vec::with_capacity(
-            width.saturating_mul(usize::try_from(end.saturating_sub(from)).unwrap_or(0)),
-        );
+        // Reserved up to a bound: a draw of absurd length grows the vector
+        // as it goes rather than asking for it all at once.
+        let rows = usize::try_from(end.saturating_sub(from)).unwrap_or(usize::MAX);
+        let mut ids = Vec::with_capacity(width.saturating_mul(rows).min(1 << 20));
         for x in from..draw.prompt.min(end) {
             match self
                 .slot(x)
