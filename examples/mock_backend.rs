@@ -36,12 +36,22 @@
 //! ask for its room, and a decode mock asks; either answers 500 when the
 //! other never comes. A router that sends the two one after the other fails
 //! here as it would against SGLang. The
-//! request is named by `rid`; `text` as an array asks for a batch. The
-//! answers are [`pd_stitch::sglang::model`]'s: the prefill's prompt rows, the
-//! decode's in the deployment's [`Convention`], rows of the deployment's
-//! shape; streamed (`"stream": true`) as SGLang streams `/generate`, one
-//! event per generated token, the finished one carrying the rows, then
-//! `data: [DONE]`.
+//! request is named by `rid`; `text` or `input_ids` as a list of prompts
+//! asks for a batch, and `input_ids` set the prompts' lengths (else the
+//! simulated request's are used). Each instance answers from the
+//! `routed_experts_start_len` S it is sent, as SGLang 0.5.23 does: rows
+//! `[S, P)` for the prefill, `[S, P + N - 1)` for a colocated server and a
+//! full-length decode; S above a prompt's length, or not an integer, is a
+//! 400. A body without it stands for the simulated request's own start (its
+//! prefix omission). The answers are [`pd_stitch::sglang::model`]'s: the
+//! prefill's prompt rows; the decode's in the deployment's [`Convention`]
+//! (suffix-only: `[P, P + N - 1)` whatever it is sent), its prompt rows read
+//! from the deployment's decode slot pool ([`SlotPool`]: zeros on a fresh
+//! mock, rows earlier requests left once it wrapped, as the engine's);
+//! rows of the deployment's shape; streamed (`"stream": true`) as SGLang
+//! streams `/generate`, one event per generated token, the finished one
+//! carrying the rows, then `data: [DONE]`. Every SGLang answer's bytes are
+//! kept in [`Mock::answered`].
 //!
 //! ```text
 //! cargo run --example mock_backend -- --role prefill --listen 127.0.0.1:8001 --dir /tmp/pd
@@ -63,7 +73,7 @@ use axum::routing::post;
 use clap::Parser;
 use pd_stitch::algebra::Convention;
 use pd_stitch::gather::Store;
-use pd_stitch::sglang::model::{self as sglang, Api, Draw, Shape};
+use pd_stitch::sglang::model::{self as sglang, Api, Draw, Shape, SlotPool};
 use pd_stitch::sim::{Mode, Request, Responses};
 use pd_stitch::ROUTED_EXPERTS;
 use serde_json::{json, Value};
@@ -199,6 +209,8 @@ pub struct Deployment {
     pub shape: Shape,
     /// How its SGLang decode answers.
     pub convention: Convention,
+    /// Its SGLang decode's routed-experts host buffer, across requests.
+    pool: Mutex<SlotPool>,
     rooms: Rooms,
 }
 
@@ -228,6 +240,10 @@ pub const SGLANG_SHAPE: Shape = Shape {
     experts: 64,
 };
 
+/// The slots of the SGLang decode's pool unless told otherwise: the
+/// `--max-total-tokens 2048` the engine's harness runs its decode with.
+pub const SGLANG_POOL: usize = 2048;
+
 /// The most recent requests' answers, oldest first out.
 #[derive(Default)]
 struct Cache {
@@ -251,18 +267,36 @@ impl Deployment {
             cache: Mutex::new(Cache::default()),
             shape: SGLANG_SHAPE,
             convention: Convention::FullLength,
+            pool: Mutex::new(SlotPool::new(SGLANG_SHAPE, SGLANG_POOL)),
             rooms: Rooms::default(),
         }
     }
 
     /// The same deployment, its SGLang decode answering in `convention`
-    /// with rows of `shape`.
+    /// with rows of `shape`, from a fresh pool of as many slots as before.
     pub fn with_sglang(self, shape: Shape, convention: Convention) -> Deployment {
+        let slots = self.pool().size();
         Deployment {
             shape,
             convention,
+            pool: Mutex::new(SlotPool::new(shape, slots)),
             ..self
         }
+    }
+
+    /// The same deployment, its SGLang decode's pool fresh with `slots`
+    /// slots.
+    pub fn with_sglang_pool(self, slots: usize) -> Deployment {
+        Deployment {
+            pool: Mutex::new(SlotPool::new(self.shape, slots)),
+            ..self
+        }
+    }
+
+    /// The SGLang decode's pool, locked. A poisoned pool holds whole
+    /// slots: it stays in use.
+    fn pool(&self) -> MutexGuard<'_, SlotPool> {
+        self.pool.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The SGLang request `index`'s outputs: one, or `batch` of them.
@@ -279,10 +313,71 @@ impl Deployment {
     }
 
     /// What SGLang answers for request `index` (`batch` outputs, or one
-    /// object): prefill, decode and colocated.
+    /// object) sent by `text` with no start: prefill and colocated as the
+    /// mocks answer, the decode as a fresh decode would.
     pub fn sglang_answers(&self, index: usize, batch: Option<usize>) -> sglang::Responses {
         let draws = self.sglang_draws(index, batch);
         sglang::responses(Api::Generate, &draws, self.shape, batch.is_some())
+    }
+
+    /// The draws an SGLang body stands for: request `index`'s (`batch` of
+    /// them), each prompt as long as the body's
+    /// `input_ids` when it sends them, rows from the body's
+    /// `routed_experts_start_len` when it sends one (else from the
+    /// simulated request's start, within the prompt); or why the engine
+    /// would refuse the body (a 400).
+    pub fn sglang_request(
+        &self,
+        index: usize,
+        batch: Option<usize>,
+        body: &Value,
+    ) -> Result<Vec<Draw>, String> {
+        let mut draws = self.sglang_draws(index, batch);
+        match body.get("input_ids") {
+            Some(Value::Array(ids)) if ids.first().is_some_and(Value::is_array) => {
+                for (draw, ids) in draws.iter_mut().zip(ids) {
+                    draw.prompt = ids.as_array().map_or(0, Vec::len) as u64;
+                }
+            }
+            Some(Value::Array(ids)) => {
+                if let Some(draw) = draws.first_mut() {
+                    draw.prompt = ids.len() as u64;
+                }
+            }
+            _ => {}
+        }
+        if draws.iter().any(|d| d.prompt == 0) {
+            return Err("input_ids: a prompt of no token".into());
+        }
+        let sent = match body.get("routed_experts_start_len") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(v.as_u64().ok_or_else(|| {
+                format!("routed_experts_start_len: Input should be a valid integer, got {v}")
+            })?),
+        };
+        for draw in &mut draws {
+            draw.start = match sent {
+                Some(start) if start > draw.prompt => {
+                    return Err(format!(
+                        "routed_experts_start_len {start} is out of range [0, {}] (the prompt's tokens)",
+                        draw.prompt
+                    ))
+                }
+                Some(start) => start,
+                None => draw.start.min(draw.prompt),
+            };
+        }
+        Ok(draws)
+    }
+
+    /// What the SGLang instance of `role` answers for `draws`: the
+    /// decode's through its pool, which it changes.
+    pub fn sglang_answer(&self, role: Role, draws: &[Draw], batch: bool) -> Value {
+        match role {
+            Role::Prefill => sglang::prefill_answer(Api::Generate, draws, self.shape, batch),
+            Role::Colocated => sglang::colocated_answer(Api::Generate, draws, self.shape, batch),
+            Role::Decode => sglang::decode_answer(&mut self.pool(), Api::Generate, draws, batch),
+        }
     }
 
     /// Notes that `role` was sent `room` and waits until the other role has
@@ -398,6 +493,9 @@ pub struct Mock {
     pub fault: Fault,
     /// Every body it was sent, in order (the tests look at them).
     pub seen: Mutex<Vec<Value>>,
+    /// The bytes of every SGLang answer it sent (a stream's events back to
+    /// back), the latest [`CACHE`] in order.
+    pub answered: Mutex<VecDeque<Vec<u8>>>,
     /// How a decode mock reaches the prefill's bootstrap server.
     client: reqwest::Client,
     /// A vLLM decode mock whose engine went down (sent a
@@ -414,6 +512,7 @@ impl Mock {
             role,
             fault: Fault::None,
             seen: Mutex::new(Vec::new()),
+            answered: Mutex::new(VecDeque::new()),
             client: reqwest::Client::new(),
             dead: std::sync::atomic::AtomicBool::new(false),
         }
@@ -747,10 +846,7 @@ fn bootstrap(body: &Value) -> Result<(u64, Option<usize>), String> {
     let (host, port) = (body.get("bootstrap_host"), body.get("bootstrap_port"));
     let room = body.get("bootstrap_room").ok_or_else(missing)?;
     let (host, port) = (host.ok_or_else(missing)?, port.ok_or_else(missing)?);
-    let batch = match body.get("text") {
-        Some(Value::Array(texts)) => Some(texts.len()),
-        _ => None,
-    };
+    let batch = batch_of(body);
     let one = |v: &Value| {
         v.as_u64()
             .ok_or_else(|| format!("bootstrap_room {v} is not a u64"))
@@ -770,6 +866,16 @@ fn bootstrap(body: &Value) -> Result<(u64, Option<usize>), String> {
             "bootstrap fields {host}, {port}, {room} do not fit a request of {} texts",
             batch.map_or("one".to_owned(), |n| n.to_string())
         )),
+    }
+}
+
+/// How many prompts an SGLang body sends when it is a batch: `text` a list,
+/// or `input_ids` a list of lists.
+fn batch_of(body: &Value) -> Option<usize> {
+    match (body.get("text"), body.get("input_ids")) {
+        (Some(Value::Array(texts)), _) => Some(texts.len()),
+        (_, Some(Value::Array(ids))) if ids.first().is_some_and(Value::is_array) => Some(ids.len()),
+        _ => None,
     }
 }
 
@@ -830,8 +936,15 @@ pub fn sglang_without_routing(mut response: Value) -> Value {
 /// An SGLang output as a `/generate` stream writes it: one event per
 /// generated token, each with the `meta_info` of that moment (no rows:
 /// SGLang collects them for a finished request), the last the whole
-/// output, rows and all.
+/// output, rows and all. As SGLang 0.5.23's (`decode_stream.sse` in
+/// `tests/fixtures/engines/sglang/`), of the events before it only the
+/// first says when it was sent, and none has `weight_versions` or
+/// `e2e_latency`; the last is the whole answer, which the engine's also
+/// is but for `response_sent_to_client_ts` (so that a stitched stream's
+/// last event equals a colocated server's whole answer, as the router
+/// tests, Rust and Python, compare it).
 fn sglang_events(output: &Value) -> Vec<Value> {
+    const SENT: &str = "response_sent_to_client_ts";
     let completion = output["meta_info"]["completion_tokens"]
         .as_u64()
         .unwrap_or(1);
@@ -841,7 +954,12 @@ fn sglang_events(output: &Value) -> Vec<Value> {
         event["output_ids"] = json!((0..k).collect::<Vec<_>>());
         event["text"] = json!("");
         if let Some(meta) = event["meta_info"].as_object_mut() {
-            meta.remove(ROUTED_EXPERTS);
+            for key in [ROUTED_EXPERTS, "weight_versions", "e2e_latency"] {
+                meta.remove(key);
+            }
+            if k > 1 {
+                meta.remove(SENT);
+            }
             meta.insert("completion_tokens".into(), json!(k));
             meta.insert("finish_reason".into(), Value::Null);
         }
@@ -854,14 +972,31 @@ fn sglang_events(output: &Value) -> Vec<Value> {
 /// `events` as an SSE body (`data: {json}`, a blank line, `data: [DONE]`),
 /// each event sent in two pieces.
 fn sse(events: &[Value]) -> Response {
-    let mut pieces: Vec<Bytes> = Vec::new();
+    sse_pieces(sse_bytes(events))
+}
+
+/// The same, its bytes noted in `mock`'s answers.
+fn sse_kept(mock: &Mock, events: &[Value]) -> Response {
+    let pieces = sse_bytes(events);
+    keep(mock, pieces.concat());
+    sse_pieces(pieces)
+}
+
+/// The pieces of an SSE body of `events`: each event in two, then `[DONE]`.
+fn sse_bytes(events: &[Value]) -> Vec<Vec<u8>> {
+    let mut pieces = Vec::new();
     for data in events {
-        let text = format!("data: {data}\n\n").into_bytes();
-        let half = text.len() / 2;
-        pieces.push(Bytes::copy_from_slice(&text[..half]));
-        pieces.push(Bytes::copy_from_slice(&text[half..]));
+        let mut text = format!("data: {data}\n\n").into_bytes();
+        let second = text.split_off(text.len() / 2);
+        pieces.push(text);
+        pieces.push(second);
     }
-    pieces.push(Bytes::from_static(b"data: [DONE]\n\n"));
+    pieces.push(b"data: [DONE]\n\n".to_vec());
+    pieces
+}
+
+fn sse_pieces(pieces: Vec<Vec<u8>>) -> Response {
+    let pieces: Vec<Bytes> = pieces.into_iter().map(Bytes::from).collect();
     let chunks = futures_util::stream::iter(pieces.into_iter().map(Ok::<_, std::io::Error>));
     Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
@@ -875,10 +1010,7 @@ async fn sglang_generate(State(mock): State<Arc<Mock>>, body: Bytes) -> Response
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
     let (room, batch) = match (mock.role, bootstrap(&body)) {
-        (Role::Colocated, _) => (
-            None,
-            body.get("text").and_then(Value::as_array).map(Vec::len),
-        ),
+        (Role::Colocated, _) => (None, batch_of(&body)),
         (_, Ok((room, batch))) => (Some(room), batch),
         (_, Err(why)) => return error(StatusCode::BAD_REQUEST, why),
     };
@@ -918,12 +1050,13 @@ async fn sglang_generate(State(mock): State<Arc<Mock>>, body: Bytes) -> Response
     if let Fault::Late(delay) = mock.fault {
         tokio::time::sleep(delay).await;
     }
-    let answers = mock.deployment.sglang_answers(index, batch);
-    let mut response = match mock.role {
-        Role::Prefill => answers.prefill,
-        Role::Decode => answers.decode,
-        Role::Colocated => answers.colocated,
+    let draws = match mock.deployment.sglang_request(index, batch, &body) {
+        Ok(draws) => draws,
+        Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
+    let mut response = mock
+        .deployment
+        .sglang_answer(mock.role, &draws, batch.is_some());
     if mock.fault == Fault::NoRouting {
         response = sglang_without_routing(response);
     }
@@ -934,18 +1067,37 @@ async fn sglang_generate(State(mock): State<Arc<Mock>>, body: Bytes) -> Response
                 "mock: a streamed batch is not simulated",
             );
         };
-        return sse(&sglang_events(&response));
+        return sse_kept(&mock, &sglang_events(&response));
     }
-    whole(&mock, &response)
+    match serde_json::to_vec(&response) {
+        Ok(bytes) => {
+            keep(&mock, bytes.clone());
+            whole_bytes(&mock, bytes)
+        }
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("mock: {e}")),
+    }
+}
+
+/// Notes the bytes of an SGLang answer `mock` sent.
+fn keep(mock: &Mock, bytes: Vec<u8>) {
+    let mut answered = mock.answered.lock().unwrap_or_else(PoisonError::into_inner);
+    answered.push_back(bytes);
+    while answered.len() > CACHE {
+        answered.pop_front();
+    }
 }
 
 /// `response` as a whole JSON body, or, with the `truncated` fault, its
 /// headers and half of it before the body fails.
 fn whole(mock: &Mock, response: &Value) -> Response {
-    let bytes = match serde_json::to_vec(response) {
-        Ok(bytes) => bytes,
-        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, format!("mock: {e}")),
-    };
+    match serde_json::to_vec(response) {
+        Ok(bytes) => whole_bytes(mock, bytes),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("mock: {e}")),
+    }
+}
+
+/// The same of a body already written.
+fn whole_bytes(mock: &Mock, bytes: Vec<u8>) -> Response {
     if mock.fault == Fault::Truncated {
         return truncated(bytes);
     }
@@ -1005,6 +1157,10 @@ struct Args {
     /// The SGLang rows' shape, LAYERSxTOP_K (ids below 64).
     #[arg(long, default_value = "8x4", value_parser = shape)]
     sglang_row_shape: Shape,
+    /// The SGLang decode's token slots: its prompt rows are read from them
+    /// (zeros until the ring wraps, then rows earlier requests left).
+    #[arg(long, default_value_t = SGLANG_POOL)]
+    sglang_pool_slots: usize,
 }
 
 fn convention(s: &str) -> Result<Convention, String> {
@@ -1039,7 +1195,8 @@ async fn main() -> std::io::Result<()> {
     let args = Args::parse();
     let deployment = Arc::new(
         Deployment::new(args.seed, args.mode, args.dir)
-            .with_sglang(args.sglang_row_shape, args.sglang_decode),
+            .with_sglang(args.sglang_row_shape, args.sglang_decode)
+            .with_sglang_pool(args.sglang_pool_slots),
     );
     let mock = Mock::new(deployment, args.role).with_fault(args.fault);
     let listener = tokio::net::TcpListener::bind(args.listen).await?;

@@ -98,17 +98,6 @@ impl Draw {
         (from..to).flat_map(|x| self.truth_row(shape, x)).collect()
     }
 
-    /// What a decode holds for a prompt position it never ran: not the
-    /// truth (SGLang leaves zeros; the model shifts each id, so that a row
-    /// taken from there is always wrong).
-    fn wrong_row(&self, shape: Shape, x: u64) -> Vec<i32> {
-        let experts = i32::try_from(shape.experts.max(1)).unwrap_or(i32::MAX);
-        self.truth_row(shape, x)
-            .into_iter()
-            .map(|id| (id + 1) % experts)
-            .collect()
-    }
-
     /// A colocated server's ids: `[start, end)`.
     pub fn colocated(&self, shape: Shape) -> Vec<i32> {
         self.truth(shape, self.start, self.end())
@@ -119,17 +108,159 @@ impl Draw {
         self.truth(shape, self.start, self.prompt)
     }
 
-    /// The decode's ids: full-length `[start, end)` with its own (wrong)
-    /// prompt rows, or suffix-only `[P, end)`.
-    pub fn decode(&self, shape: Shape) -> Vec<i32> {
-        let own = self.truth(shape, self.prompt, self.end());
+    /// Where the decode's rows start: the `routed_experts_start_len` it
+    /// was sent (`start`) when full-length, the prompt's end when
+    /// suffix-only.
+    pub fn decode_start(&self) -> u64 {
         match self.convention {
-            Convention::SuffixOnly => own,
-            Convention::FullLength => (self.start..self.prompt)
-                .flat_map(|x| self.wrong_row(shape, x))
-                .chain(own)
-                .collect(),
+            Convention::FullLength => self.start,
+            Convention::SuffixOnly => self.prompt,
         }
+    }
+}
+
+/// Where a decode's slot was last written from: a position of an earlier
+/// request (its truth's seed), whose true row the slot holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Written {
+    seed: u64,
+    position: u64,
+}
+
+/// An SGLang decode's routed-experts host buffer (SPEC F10): one row per
+/// KV-cache token slot, all zeros on a fresh server, a row written only
+/// where the decode ran a forward pass. A request is given one slot per
+/// position of `[0, P + C - 1)` (the last token never runs), taken in turn
+/// around a ring of [`size`](SlotPool::size) slots, as freed slots are
+/// reused; its prompt's KV arrives from the prefill and writes no row, so
+/// the decode's rows for prompt positions are read from slots it never
+/// wrote for this request: zeros where no request ever wrote, else the row
+/// the last request to run a forward there left (a true row of *another*
+/// request's position). Its own positions `[P, P + C - 1)` are computed and
+/// written. Everything follows from the order requests arrive in: no
+/// randomness of its own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlotPool {
+    shape: Shape,
+    slots: Vec<Option<Written>>,
+    next: usize,
+}
+
+impl SlotPool {
+    /// A fresh server's pool of `size` slots for rows of `shape`: every
+    /// slot zeros. A pool of 0 slots keeps nothing (every row read is
+    /// zeros).
+    pub fn new(shape: Shape, size: usize) -> SlotPool {
+        SlotPool {
+            shape,
+            slots: vec![None; size],
+            next: 0,
+        }
+    }
+
+    /// A pool of `size` slots after earlier requests went through it: filler
+    /// decodes drawn from `seed` (prompts of 1 to 32 tokens, 2 to 65
+    /// generated) run until every slot has been written or the ring has
+    /// gone round four times, so a slot last used for a filler's prompt may
+    /// still be zeros, as on a real server after its pool wrapped.
+    pub fn worn(shape: Shape, size: usize, seed: u64) -> SlotPool {
+        let mut pool = SlotPool::new(shape, size);
+        let mut state = mix(seed ^ 0x5107_9001);
+        let mut turned = 0usize;
+        while turned < size.saturating_mul(4) && pool.slots.iter().any(Option::is_none) {
+            let mut next = || {
+                state = mix(state);
+                state
+            };
+            let filler = Draw {
+                prompt: 1 + next() % 32,
+                completion: 2 + next() % 64,
+                start: 0,
+                convention: Convention::SuffixOnly,
+                seed: next(),
+            };
+            pool.decode(&filler);
+            turned += usize::try_from(filler.end()).unwrap_or(usize::MAX);
+        }
+        pool
+    }
+
+    /// The rows' shape.
+    pub fn shape(&self) -> Shape {
+        self.shape
+    }
+
+    /// How many slots the ring has.
+    pub fn size(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// How many slots have ever been written.
+    pub fn written(&self) -> usize {
+        self.slots.iter().filter(|s| s.is_some()).count()
+    }
+
+    /// The decode's ids for `draw`, `[decode_start, P + C - 1)`
+    /// ([`Draw::decode_start`]): the prompt positions read from the slots
+    /// the request is given (before it writes any, so a request longer than
+    /// the ring reads what earlier ones left), then its own, computed, which
+    /// it writes into its slots. The ring's next request starts after its
+    /// slots.
+    pub fn decode(&mut self, draw: &Draw) -> Vec<i32> {
+        let (end, width) = (draw.end(), self.width());
+        let from = draw.decode_start();
+        let own = from.max(draw.prompt);
+        // Reserved up to a bound: a draw of absurd length grows the vector
+        // as it goes rather than asking for it all at once.
+        let rows = usize::try_from(end.saturating_sub(from)).unwrap_or(usize::MAX);
+        let mut ids = Vec::with_capacity(width.saturating_mul(rows).min(1 << 20));
+        for x in from..draw.prompt.min(end) {
+            match self
+                .slot(x)
+                .and_then(|slot| self.slots.get(slot).copied().flatten())
+            {
+                Some(w) => ids.extend(self.stale_row(w)),
+                None => ids.extend(std::iter::repeat_n(0, width)),
+            }
+        }
+        for x in own..end {
+            ids.extend(draw.truth_row(self.shape, x));
+        }
+        for x in draw.prompt..end {
+            if let Some(slot) = self.slot(x).and_then(|slot| self.slots.get_mut(slot)) {
+                *slot = Some(Written {
+                    seed: draw.seed,
+                    position: x,
+                });
+            }
+        }
+        if let Some(slot) = self.slot(end) {
+            self.next = slot;
+        }
+        ids
+    }
+
+    /// The slot the current request's position `x` is given.
+    fn slot(&self, x: u64) -> Option<usize> {
+        let size = self.slots.len();
+        let offset = usize::try_from(x.checked_rem(u64::try_from(size).ok()?)?).ok()?;
+        Some((self.next + offset) % size)
+    }
+
+    fn width(&self) -> usize {
+        usize::try_from(self.shape.width()).unwrap_or(0)
+    }
+
+    /// The row an earlier request's forward left.
+    fn stale_row(&self, w: Written) -> Vec<i32> {
+        let earlier = Draw {
+            prompt: 1,
+            completion: 1,
+            start: 0,
+            convention: Convention::SuffixOnly,
+            seed: w.seed,
+        };
+        earlier.truth_row(self.shape, w.position)
     }
 }
 
@@ -150,29 +281,72 @@ pub struct Responses {
     pub colocated: Value,
 }
 
-/// The responses of `draws` through `api`: one output each; for
+/// The responses of `draws` through `api`, the decode's from a fresh
+/// server's pool (its full-length prompt rows zeros): one output each; for
 /// [`Api::Generate`] with `batch`, an array of them. The OpenAI APIs take
 /// the first draw only (one choice: SPEC Q3).
 pub fn responses(api: Api, draws: &[Draw], shape: Shape, batch: bool) -> Responses {
-    let one = |d: &Draw, role: Role| -> Value {
-        let (completion, ids) = match role {
-            Role::Prefill => (1, d.prefill(shape)),
-            Role::Decode => (d.completion, d.decode(shape)),
-            Role::Colocated => (d.completion, d.colocated(shape)),
-        };
+    let slots: u64 = draws.iter().map(Draw::end).sum();
+    let size = usize::try_from(slots).unwrap_or(0).max(1);
+    responses_from(&mut SlotPool::new(shape, size), api, draws, batch)
+}
+
+/// The same with the decode reading and writing `pool` (rows of its
+/// shape), as a decode server that has answered the requests before.
+pub fn responses_from(pool: &mut SlotPool, api: Api, draws: &[Draw], batch: bool) -> Responses {
+    let shape = pool.shape();
+    Responses {
+        prefill: prefill_answer(api, draws, shape, batch),
+        decode: decode_answer(pool, api, draws, batch),
+        colocated: colocated_answer(api, draws, shape, batch),
+    }
+}
+
+/// The prefill's answer alone: rows `[start, P)`, one generated token.
+pub fn prefill_answer(api: Api, draws: &[Draw], shape: Shape, batch: bool) -> Value {
+    answer(api, draws, batch, |d| (1, d.prefill(shape)), Role::Prefill)
+}
+
+/// A colocated server's answer alone: rows `[start, P + C - 1)`.
+pub fn colocated_answer(api: Api, draws: &[Draw], shape: Shape, batch: bool) -> Value {
+    answer(
+        api,
+        draws,
+        batch,
+        |d| (d.completion, d.colocated(shape)),
+        Role::Colocated,
+    )
+}
+
+/// The decode's answer alone, each draw in turn through `pool`
+/// ([`SlotPool::decode`]): rows from [`Draw::decode_start`].
+pub fn decode_answer(pool: &mut SlotPool, api: Api, draws: &[Draw], batch: bool) -> Value {
+    answer(
+        api,
+        draws,
+        batch,
+        |d| (d.completion, pool.decode(d)),
+        Role::Decode,
+    )
+}
+
+/// One output per draw (an array for a `/generate` batch, else the first
+/// draw's), each with the counts and ids `rows` gives.
+fn answer(
+    api: Api,
+    draws: &[Draw],
+    batch: bool,
+    mut rows: impl FnMut(&Draw) -> (u64, Vec<i32>),
+    role: Role,
+) -> Value {
+    let mut one = |d: &Draw| {
+        let (completion, ids) = rows(d);
         output(api, d.prompt, completion, &encode_ids(&ids), role)
     };
-    let side = |role: Role| -> Value {
-        if api == Api::Generate && batch {
-            Value::Array(draws.iter().map(|d| one(d, role)).collect())
-        } else {
-            draws.first().map_or(Value::Null, |d| one(d, role))
-        }
-    };
-    Responses {
-        prefill: side(Role::Prefill),
-        decode: side(Role::Decode),
-        colocated: side(Role::Colocated),
+    if api == Api::Generate && batch {
+        Value::Array(draws.iter().map(&mut one).collect())
+    } else {
+        draws.first().map_or(Value::Null, one)
     }
 }
 
@@ -183,7 +357,12 @@ enum Role {
     Colocated,
 }
 
-/// One output, with the keys SGLang writes around the rows.
+/// One output, with the keys SGLang writes around the rows: for
+/// `/generate`, the `meta_info` keys of SGLang 0.5.23's answers
+/// (`tests/fixtures/engines/sglang/`), and `text` beside `output_ids`, as a
+/// server with a tokenizer writes it (the fixtures' servers ran without
+/// one); a prefill reports its one token with `finish_reason.length` 0, as
+/// the engine's does.
 fn output(api: Api, prompt: u64, completion: u64, rows: &str, role: Role) -> Value {
     let text = match role {
         Role::Prefill => "",
@@ -195,13 +374,22 @@ fn output(api: Api, prompt: u64, completion: u64, rows: &str, role: Role) -> Val
             "output_ids": (0..completion).collect::<Vec<_>>(),
             "meta_info": {
                 "id": "req-0",
-                "finish_reason": {"type": "length", "length": completion},
+                "finish_reason": {
+                    "type": "length",
+                    "length": if role == Role::Prefill { 0 } else { completion },
+                },
                 "prompt_tokens": prompt,
                 "weight_version": "default",
+                "num_retractions": 0,
+                "reasoning_tokens": 0,
                 "completion_tokens": completion,
                 "cached_tokens": 0,
+                "weight_versions": [{"version": "default", "start": 0, "end": completion}],
+                "cached_tokens_details": null,
                 "routed_experts": rows,
+                "dp_rank": null,
                 "e2e_latency": 0.125,
+                "response_sent_to_client_ts": 1_764_547_200.25,
             },
         }),
         Api::Sglext | Api::SglExt => {
@@ -318,9 +506,9 @@ mod tests {
     /// Every seed, even one with no bit or every bit set, draws rows whose
     /// ids are below `experts` and spread over them, differ from position
     /// to position and from id to id within a row, and differ between
-    /// seeds; a wrong row differs from the true one at every id.
+    /// seeds.
     #[test]
-    fn truth_rows_are_spread_and_wrong_rows_differ_everywhere() {
+    fn truth_rows_are_spread_and_differ_by_position_and_seed() {
         let shape = Shape {
             layers: 4,
             top_k: 4,
@@ -339,14 +527,6 @@ mod tests {
                     row.iter().any(|&id| Some(id) != first),
                     "seed {seed} at {x}: {row:?}"
                 );
-                let wrong = d.wrong_row(shape, x as u64);
-                assert_eq!(wrong.len(), row.len());
-                for (t, w) in row.iter().zip(&wrong) {
-                    assert!(
-                        t != w && (0..256).contains(w),
-                        "seed {seed} at {x}: {t} {w}"
-                    );
-                }
                 if x > 0 {
                     assert_ne!(rows[x - 1], *row, "seed {seed} at {x}");
                 }
@@ -357,5 +537,93 @@ mod tests {
             assert_ne!(other.truth_row(shape, 3), rows[3], "seed {seed}");
             assert_eq!(d.truth(shape, 2, 5), rows[2..5].concat());
         }
+    }
+
+    const TINY: Shape = Shape {
+        layers: 1,
+        top_k: 2,
+        experts: 64,
+    };
+
+    fn req(prompt: u64, completion: u64, start: u64, seed: u64) -> Draw {
+        Draw {
+            prompt,
+            completion,
+            start,
+            convention: Convention::FullLength,
+            seed,
+        }
+    }
+
+    /// A ring of 8 slots, worked by hand. A (P 2, C 4) takes slots 0-4 and
+    /// writes its positions 2, 3, 4 into slots 2, 3, 4. B (P 6, C 2) takes
+    /// slots 5, 6, 7, 0, 1, 2, 3: its prompt positions 0-4 read slots 5, 6,
+    /// 7 (never written), 0, 1 (A's prompt: never written), all zeros, and
+    /// position 5 reads slot 2, A's row of position 2; it writes its
+    /// position 6 into slot 3. C (P 2, C 1, from 0) takes slots 4, 5: A's
+    /// row of position 4, then zeros. Each decode's own rows are its truth.
+    #[test]
+    fn prompt_rows_are_zeros_or_the_rows_earlier_requests_left() {
+        let mut pool = SlotPool::new(TINY, 8);
+        let zero = vec![0, 0];
+        let a = req(2, 4, 0, 11);
+        let got = pool.decode(&a);
+        let mut want = [zero.clone(), zero.clone()].concat();
+        want.extend(a.truth(TINY, 2, 5));
+        assert_eq!(got, want, "a fresh pool answers zeros for the prompt");
+        let b = req(6, 2, 0, 12);
+        let mut want = zero.repeat(5);
+        want.extend(a.truth_row(TINY, 2));
+        want.extend(b.truth_row(TINY, 6));
+        assert_eq!(pool.decode(&b), want);
+        let c = req(2, 1, 0, 13);
+        let want = [a.truth_row(TINY, 4), zero.clone()].concat();
+        assert_eq!(pool.decode(&c), want);
+        // Slots 2, 3 and 4 (3 twice), no other.
+        assert_eq!(pool.written(), 3);
+        // Sent a start, the decode answers from it: B's last prompt row only.
+        let mut again = SlotPool::new(TINY, 8);
+        again.decode(&a);
+        let from_5 = Draw { start: 5, ..b };
+        let want = [a.truth_row(TINY, 2), b.truth_row(TINY, 6)].concat();
+        assert_eq!(again.decode(&from_5), want);
+    }
+
+    /// Suffix-only (and a full-length decode sent `start = P`) answers its
+    /// own rows only, whatever the pool holds; a request longer than the
+    /// ring reads what was there before writing; a ring of no slots reads
+    /// zeros; none of it panics.
+    #[test]
+    fn own_rows_are_always_the_truth_and_odd_rings_do_not_panic() {
+        let mut pool = SlotPool::worn(TINY, 16, 1);
+        let suffix = Draw {
+            convention: Convention::SuffixOnly,
+            ..req(5, 4, 0, 2)
+        };
+        for (d, from) in [(suffix, 5), (req(5, 4, 5, 3), 5), (req(30, 4, 0, 4), 0)] {
+            let got = pool.decode(&d);
+            assert_eq!(got.len() as u64, 2 * (d.end() - from), "{d:?}");
+            let own = got.len() - 2 * (d.end() - d.prompt) as usize;
+            assert_eq!(got[own..], d.truth(TINY, d.prompt, d.end()), "{d:?}");
+        }
+        let mut empty = SlotPool::new(TINY, 0);
+        let d = req(2, 2, 0, 5);
+        assert_eq!(
+            empty.decode(&d),
+            [vec![0; 4], d.truth_row(TINY, 2)].concat()
+        );
+        assert_eq!(empty.written(), 0);
+    }
+
+    /// A worn pool is every slot written (or nearly: a slot last given to
+    /// a filler's prompt keeps zeros), the same for the same seed and not
+    /// for another.
+    #[test]
+    fn worn_pools_are_written_and_seeded() {
+        let worn = SlotPool::worn(TINY, 256, 7);
+        assert!(worn.written() > 240, "{}", worn.written());
+        assert_eq!(worn, SlotPool::worn(TINY, 256, 7));
+        assert_ne!(worn, SlotPool::worn(TINY, 256, 8));
+        assert_eq!(SlotPool::worn(TINY, 0, 7).size(), 0);
     }
 }

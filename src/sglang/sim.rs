@@ -5,6 +5,12 @@
 //! against the colocated answer; the same pairs without the row shape are
 //! merged where determined (and must then be right too) and counted where
 //! refused as ambiguous.
+//!
+//! Each row shape is a deployment of its own model, and each convention a
+//! decode of its own: the decode keeps a [`SlotPool`] of [`POOL_SLOTS`]
+//! slots across the run's requests, so a full-length decode answers its
+//! prompt rows as SGLang's does, zeros until its pool wraps and stale rows
+//! of earlier requests after (SPEC F10); the run counts them.
 
 use std::fmt;
 use std::fs;
@@ -13,7 +19,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::model::{mix, responses, Api, Draw, Shape};
+use super::model::{mix, responses_from, Api, Draw, Shape, SlotPool};
 use super::{Convention, PositionProblem};
 use crate::{Error, Stitch, Stitcher};
 
@@ -98,9 +104,28 @@ pub struct Summary {
     pub determined: usize,
     /// Pairs refused without the row shape as ambiguous.
     pub ambiguous: usize,
+    /// The full-length decodes' prompt rows, which they never computed.
+    pub prompt_rows: PromptRows,
     /// What went wrong, one line each.
     pub mismatches: Vec<String>,
 }
+
+/// What the full-length decodes answered for prompt positions (rows the
+/// merge replaces with the prefill's).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PromptRows {
+    /// All zeros: slots no request had written.
+    pub zeros: usize,
+    /// Rows other than the truth: stale rows of earlier requests.
+    pub stale: usize,
+    /// Rows equal to the position's truth, by chance.
+    pub true_by_chance: usize,
+}
+
+/// The slots of each simulated decode's pool: a few requests' worth (the
+/// draws average about 128 positions), so that each shape's decodes wrap
+/// within a short run.
+pub const POOL_SLOTS: usize = 1024;
 
 impl Summary {
     /// Whether every pair was stitched right.
@@ -137,6 +162,12 @@ impl fmt::Display for Summary {
             2 * self.requests,
             self.ambiguous
         )?;
+        let rows = self.prompt_rows;
+        writeln!(
+            f,
+            "full-length decodes' prompt rows ({POOL_SLOTS}-slot pools): {} zeros, {} stale rows of earlier requests, {} true by chance",
+            rows.zeros, rows.stale, rows.true_by_chance
+        )?;
         if self.all_equal() {
             write!(
                 f,
@@ -169,6 +200,8 @@ pub fn run(
         requests,
         ..Summary::default()
     };
+    // One decode per row shape and convention, each with its pool.
+    let mut pools: Vec<(Shape, [SlotPool; 2])> = Vec::new();
     for index in 0..requests {
         let request = Request::draw(seed, index);
         summary.outputs += request.draws.len();
@@ -181,12 +214,20 @@ pub fn run(
             .into_iter()
             .enumerate()
         {
-            let r = responses(
-                request.api,
-                &request.with(convention),
-                request.shape,
-                request.batch,
-            );
+            let shape = request.shape;
+            let at = match pools.iter().position(|(s, _)| *s == shape) {
+                Some(at) => at,
+                None => {
+                    let fresh = || SlotPool::new(shape, POOL_SLOTS);
+                    pools.push((shape, [fresh(), fresh()]));
+                    pools.len() - 1
+                }
+            };
+            let draws = request.with(convention);
+            let r = responses_from(&mut pools[at].1[c], request.api, &draws, request.batch);
+            if convention == Convention::FullLength {
+                count_prompt_rows(&r.decode, &draws, shape, &mut summary.prompt_rows);
+            }
             let name = ["full", "suffix"][c];
             let p = serde_json::to_vec(&r.prefill).unwrap_or_default();
             let d = serde_json::to_vec(&r.decode).unwrap_or_default();
@@ -244,6 +285,31 @@ pub fn run(
         }
     }
     Ok(summary)
+}
+
+/// Adds what `decode`'s outputs hold for their prompt positions to `rows`,
+/// reading them back as a trainer would (by the counts).
+fn count_prompt_rows(decode: &Value, draws: &[Draw], shape: Shape, rows: &mut PromptRows) {
+    let width = usize::try_from(shape.width()).unwrap_or(1).max(1);
+    for (i, draw) in draws.iter().enumerate() {
+        let Ok(Some(read)) = super::read_rows(decode, i, shape.layers, shape.top_k) else {
+            continue;
+        };
+        let from = read.positions.start();
+        for (k, row) in read.ids.chunks(width).enumerate() {
+            let x = from + k as u64;
+            if x >= draw.prompt {
+                break;
+            }
+            if row.iter().all(|&id| id == 0) {
+                rows.zeros += 1;
+            } else if row == draw.truth_row(shape, x) {
+                rows.true_by_chance += 1;
+            } else {
+                rows.stale += 1;
+            }
+        }
+    }
 }
 
 /// The library's merge on the bytes path: what `simulate` stitches with.
@@ -324,15 +390,32 @@ mod tests {
         assert!(!named.all_equal());
     }
 
-    /// The run is right with the library's merge, and catches a merge that
-    /// splices the prefill's bytes over the head of the decode's (Miles'),
-    /// on the suffix-only decodes only.
+    /// The run is right with the library's merge, whatever the full-length
+    /// decodes answered for the prompt (zeros, then stale rows once their
+    /// pools wrapped), and catches a merge that splices the prefill's bytes
+    /// over the head of the decode's (Miles'), on the suffix-only decodes
+    /// only.
     #[test]
     fn the_library_is_right_and_the_head_splice_is_caught() {
         let summary = run(40, 3, None, &library_merge).unwrap();
         assert!(summary.all_equal(), "{summary}\n{:?}", summary.mismatches);
         assert_eq!(summary.determined + summary.ambiguous, 80);
         assert!(summary.outputs > 40);
+        // Every prompt row of a full-length decode counted once; each pool
+        // wraps within the run, so both kinds SGLang answers occur. With
+        // rows of 4 layers or more of 2 of 256 experts, a stale row is the
+        // truth with a chance below 1 in 10^18 per row: none for this seed.
+        let rows = summary.prompt_rows;
+        let prompt_rows: u64 = (0..40)
+            .flat_map(|i| Request::draw(3, i).draws)
+            .map(|d| d.prompt - d.start)
+            .sum();
+        assert_eq!(
+            (rows.zeros + rows.stale + rows.true_by_chance) as u64,
+            prompt_rows
+        );
+        assert!(rows.zeros > 0 && rows.stale > 0, "{rows:?}");
+        assert_eq!(rows.true_by_chance, 0, "{rows:?}");
 
         let splice = |_: &Stitcher, p: &[u8], d: &mut Vec<u8>| -> Result<bool, Error> {
             let (p, mut v): (Value, Value) = (

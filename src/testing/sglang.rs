@@ -26,8 +26,8 @@ use serde_json::Value;
 use super::{Mismatch, Verify};
 use crate::algebra::{Convention, Dtype};
 use crate::gather::{check_rows, RowsCheck, RowsReport};
-use crate::sglang::model::responses;
 pub use crate::sglang::model::{encode_ids, Api, Draw, Shape};
+use crate::sglang::model::{responses_from, SlotPool};
 
 /// What [`cases`] generates.
 #[derive(Clone, Debug)]
@@ -80,11 +80,18 @@ pub struct Case {
     pub batch: bool,
     /// The prefill instance's response.
     pub prefill: Value,
-    /// The decode instance's, before any merge.
+    /// The decode instance's, before any merge: a full-length decode's
+    /// prompt rows are what SGLang's answers, never computed there (SPEC
+    /// F10): zeros of a fresh server when the first draw's seed is odd,
+    /// else what earlier requests left in a worn pool of [`WORN_SLOTS`]
+    /// slots (stale rows of other positions, a few zeros).
     pub decode: Value,
     /// A colocated server's.
     pub colocated: Value,
 }
+
+/// The slots of a case's worn decode pool ([`SlotPool::worn`]).
+pub const WORN_SLOTS: usize = 256;
 
 impl Case {
     /// The case of `draws` through `api`.
@@ -95,7 +102,14 @@ impl Case {
         } else {
             draws.into_iter().take(1).collect()
         };
-        let r = responses(api, &draws, shape, batch);
+        let seed = draws.first().map_or(0, |d| d.seed);
+        let mut pool = if seed % 2 == 1 {
+            let slots: u64 = draws.iter().map(Draw::end).sum();
+            SlotPool::new(shape, usize::try_from(slots).unwrap_or(0).max(1))
+        } else {
+            SlotPool::worn(shape, WORN_SLOTS, seed)
+        };
+        let r = responses_from(&mut pool, api, &draws, batch);
         Case {
             api,
             shape,

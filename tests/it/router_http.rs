@@ -36,6 +36,9 @@ struct Setup {
     prefill_port: u16,
     prefill: Arc<Mock>,
     decode: Arc<Mock>,
+    /// A colocated mock of the same deployment, beside the pair: its
+    /// SGLang `/generate`.
+    colocated_sglang_url: String,
     deployment: Arc<Deployment>,
     dir: PathBuf,
 }
@@ -55,6 +58,8 @@ struct Options {
     row_shape: Option<(u64, u64)>,
     /// Whether the router asks the decode only for the rows it computes.
     decode_start: bool,
+    /// The SGLang decode mock's pool slots.
+    sglang_pool: usize,
 }
 
 impl Default for Options {
@@ -69,6 +74,7 @@ impl Default for Options {
             convention: Convention::FullLength,
             row_shape: Some((SGLANG_SHAPE.layers, SGLANG_SHAPE.top_k)),
             decode_start: true,
+            sglang_pool: mock_backend::SGLANG_POOL,
         }
     }
 }
@@ -88,15 +94,17 @@ impl Setup {
         let _ = std::fs::remove_dir_all(&dir);
         let deployment = Arc::new(
             Deployment::new(SEED, options.forms, dir.clone())
-                .with_sglang(SGLANG_SHAPE, options.convention),
+                .with_sglang(SGLANG_SHAPE, options.convention)
+                .with_sglang_pool(options.sglang_pool),
         );
         let prefill = Arc::new(
             Mock::new(deployment.clone(), Role::Prefill).with_fault(options.prefill_fault),
         );
         let decode =
             Arc::new(Mock::new(deployment.clone(), Role::Decode).with_fault(options.decode_fault));
+        let colocated = Arc::new(Mock::new(deployment.clone(), Role::Colocated));
         let mut addrs = Vec::new();
-        for mock in [&prefill, &decode] {
+        for mock in [&prefill, &decode, &colocated] {
             let (listener, addr) = listen().await;
             addrs.push(addr);
             tokio::spawn(mock_backend::serve(
@@ -104,7 +112,7 @@ impl Setup {
                 mock_backend::app(mock.clone()),
             ));
         }
-        let (prefill_addr, decode_addr) = (addrs[0], addrs[1]);
+        let (prefill_addr, decode_addr, colocated_addr) = (addrs[0], addrs[1], addrs[2]);
         let prefill_url = if options.prefill_unreachable {
             // Bound and dropped: nothing listens there now.
             let (listener, addr) = listen().await;
@@ -138,6 +146,7 @@ impl Setup {
             prefill_port: prefill_addr.port(),
             prefill,
             decode,
+            colocated_sglang_url: format!("http://{colocated_addr}/generate"),
             deployment,
             dir,
         }
@@ -844,6 +853,438 @@ fn the_sglang_decode_is_sent_the_start_len() {
             sent.get("routed_experts_start_len"),
             start.as_ref(),
             "{request}"
+        );
+    }
+}
+
+/// An SGLang `/generate` body by `input_ids`: simulated request `index`,
+/// a prompt of `prompt` tokens, rows asked from `start`.
+fn sglang_ids_body(index: usize, prompt: u64, start: u64, stream: bool) -> Value {
+    let ids: Vec<u64> = (0..prompt).map(|t| (t * 37 + index as u64) % 512).collect();
+    json!({
+        "rid": format!("req-{index}"),
+        "input_ids": ids,
+        "sampling_params": {"max_new_tokens": 96, "temperature": 0.0},
+        "return_routed_experts": true,
+        "routed_experts_start_len": start,
+        "stream": stream,
+    })
+}
+
+/// An SGLang answer's output, whole or streamed (the stream's finished
+/// event, its rows' event), and its JSON events when streamed.
+fn sglang_output(bytes: &[u8], stream: bool) -> (Value, Vec<Value>) {
+    if !stream {
+        return (json_of(bytes), Vec::new());
+    }
+    let (data, _) = streamed(bytes);
+    assert_eq!(data.last().map(Vec::as_slice), Some(&b"[DONE]"[..]));
+    let events: Vec<Value> = data[..data.len() - 1].iter().map(|d| json_of(d)).collect();
+    let finished = events.last().cloned().expect("a finished event");
+    (finished, events)
+}
+
+/// The rows of an SGLang output, decoded, and the length of their base64.
+fn sglang_rows(output: &Value) -> (Vec<u8>, usize) {
+    use base64::Engine as _;
+    let text = output["meta_info"][ROUTED_EXPERTS]
+        .as_str()
+        .unwrap_or_else(|| panic!("no rows: {output}"));
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .expect("base64 rows");
+    (bytes, text.len())
+}
+
+/// Issue 36: the router asks the SGLang decode only for the rows it
+/// computes. Single-prompt requests by `input_ids` of P tokens, rows asked
+/// from the client's S0 (0, or prefix omission), streamed and not, go
+/// through the router with its default configuration and with
+/// `decode_start: false` (the client's body to both instances). The decode
+/// mock answers from the `routed_experts_start_len` it is sent, as SGLang
+/// 0.5.23 does, its prompt rows from a 300-slot pool that wraps within the
+/// run. With the default the decode sends exactly the rows `[P, P + N - 1)`,
+/// N - 1 rows, each the colocated server's; without, `[S0, P + N - 1)`, its
+/// prompt rows zeros or stale rows of earlier requests; its answer (a whole
+/// body, or a stream's bytes) is larger by exactly the prompt rows' base64,
+/// and nothing else of it changes. Both merged answers equal the colocated
+/// mock's answer to the client's body. A router whose
+/// `sglang_decode_request` stops setting the start fails here (tried).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sglang_decode_sends_only_its_own_rows_when_sent_the_start_len() {
+    // (simulated request, P, S0, streamed)
+    let requests: [(usize, u64, u64, bool); 8] = [
+        (0, 40, 0, false),
+        (1, 64, 0, true),
+        (2, 17, 5, false),
+        (3, 90, 0, false),
+        (4, 33, 0, true),
+        (5, 120, 60, false),
+        (6, 8, 0, true),
+        (7, 51, 0, false),
+    ];
+    let row = (SGLANG_SHAPE.width() * 4) as usize;
+    // Per configuration, per request: the merged answer (its events when
+    // streamed), the decode's bytes, and the decode's rows.
+    let mut runs = Vec::new();
+    for decode_start in [true, false] {
+        let setup = Setup::start(
+            &format!("sglang-start-len-{decode_start}"),
+            Options {
+                decode_start,
+                sglang_pool: 300,
+                ..Options::default()
+            },
+        )
+        .await;
+        let mut run = Vec::new();
+        for &(index, prompt, start, stream) in &requests {
+            let body = sglang_ids_body(index, prompt, start, stream);
+            let content = if stream {
+                "text/event-stream"
+            } else {
+                "application/json"
+            };
+            let merged = setup.post_sglang_ok(&body, content).await;
+            let (status, _, colocated) = setup
+                .post_to(
+                    &setup.colocated_sglang_url,
+                    serde_json::to_vec(&body).unwrap(),
+                )
+                .await;
+            assert_eq!(status, StatusCode::OK);
+            let (merged, merged_events) = sglang_output(&merged, stream);
+            let (colocated, colocated_events) = sglang_output(&colocated, stream);
+            let label = format!("decode_start {decode_start}, request {index}");
+            assert_eq!(merged, colocated, "{label}");
+            assert_eq!(merged_events, colocated_events, "{label}");
+            let sent = setup.decode.seen.lock().expect("lock").last().cloned();
+            let decode_bytes = setup
+                .decode
+                .answered
+                .lock()
+                .expect("lock")
+                .back()
+                .cloned()
+                .expect("the decode answered");
+            let (decode, _) = sglang_output(&decode_bytes, stream);
+            run.push((merged, sent, decode_bytes, decode, colocated));
+        }
+        runs.push(run);
+    }
+    let (mut zeros, mut stale) = (0, 0);
+    let mut totals = [0usize; 2];
+    let mut rows_totals = [0usize; 2];
+    for (k, &(index, prompt, start, _)) in requests.iter().enumerate() {
+        let (with, without) = (&runs[0][k], &runs[1][k]);
+        let label = format!("request {index} (P {prompt}, S0 {start})");
+        let colocated = &with.4;
+        let n = colocated["meta_info"]["completion_tokens"]
+            .as_u64()
+            .expect("N");
+        let b64 = |rows: u64| (rows as usize * row).div_ceil(3) * 4;
+        // The bytes the decode sent (its body, or its stream's bytes):
+        // smaller with the start by the prompt rows' base64, exactly.
+        let (small, large) = (with.2.len(), without.2.len());
+        let prompt_chars = b64(prompt - start + n - 1) - b64(n - 1);
+        assert_eq!(
+            large.checked_sub(small),
+            Some(prompt_chars),
+            "{label}: the decode sent {small} B with the router's start and {large} B without; \
+             expected {prompt_chars} B less with it (the {} prompt rows' base64)",
+            prompt - start
+        );
+        // With the start: exactly the colocated rows [P, P + N - 1).
+        let (truth, _) = sglang_rows(colocated);
+        let prompt_rows = (prompt - start) as usize * row;
+        assert_eq!(
+            truth.len(),
+            (prompt - start + n - 1) as usize * row,
+            "{label}"
+        );
+        let (own, own_chars) = sglang_rows(&with.3);
+        assert_eq!(own.len(), (n - 1) as usize * row, "{label}: N - 1 rows");
+        assert_eq!(own_chars, b64(n - 1), "{label}");
+        assert_eq!(own, truth[prompt_rows..], "{label}");
+        // Without: [S0, P + N - 1), the prompt's rows never computed there.
+        let (full, full_chars) = sglang_rows(&without.3);
+        assert_eq!(full_chars, b64(prompt - start + n - 1), "{label}");
+        assert_eq!(full[prompt_rows..], own[..], "{label}");
+        for (x, (got, want)) in full[..prompt_rows]
+            .chunks(row)
+            .zip(truth[..prompt_rows].chunks(row))
+            .enumerate()
+        {
+            // Rows of 8 x 4 of 64 experts: a stale row is the truth with a
+            // chance below 10^-40.
+            assert_ne!(got, want, "{label}: prompt row {x} is the truth");
+            if got.iter().all(|&b| b == 0) {
+                zeros += 1;
+            } else {
+                stale += 1;
+            }
+        }
+        // What each decode was sent; the merged answers are the same.
+        let sent_start =
+            |sent: &Option<Value>| sent.as_ref().expect("sent")["routed_experts_start_len"].clone();
+        assert_eq!(sent_start(&with.1), json!(prompt), "{label}");
+        assert_eq!(sent_start(&without.1), json!(start), "{label}");
+        assert_eq!(with.0, without.0, "{label}: the merged answers differ");
+        totals[0] += small;
+        totals[1] += large;
+        rows_totals[0] += own_chars;
+        rows_totals[1] += full_chars;
+    }
+    // The pool wrapped: the first answers' prompt rows were zeros, later
+    // ones stale rows of earlier requests.
+    assert!(zeros > 0 && stale > 0, "{zeros} zero rows, {stale} stale");
+    assert!(totals[0] < totals[1]);
+    eprintln!(
+        "decode answers: {} B with the start ({} base64 characters of rows), {} B without ({})",
+        totals[0], rows_totals[0], totals[1], rows_totals[1]
+    );
+}
+
+/// A file of the real SGLang's answers (tests/fixtures/engines/sglang/).
+fn engine_fixture(name: &str) -> Vec<u8> {
+    let at = format!(
+        "{}/tests/fixtures/engines/sglang/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read(&at).unwrap_or_else(|e| panic!("{at}: {e}"))
+}
+
+/// The kind of each JSON value: what two answers' shapes are compared by.
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(n) if n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// An object's keys and the kinds of their values, an object's in turn
+/// (arrays by their first element), one level of `meta_info` deep and
+/// more.
+fn keys_and_kinds(v: &Value, at: &str, out: &mut BTreeSet<String>) {
+    match v {
+        Value::Object(map) => {
+            for (key, value) in map {
+                out.insert(format!("{at}.{key}: {}", kind(value)));
+                keys_and_kinds(value, &format!("{at}.{key}"), out);
+            }
+        }
+        Value::Array(items) => {
+            if let Some(first) = items.first() {
+                keys_and_kinds(first, &format!("{at}[]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// What an SGLang output's rows are, read as SGLang's reference decoder
+/// reads them (`np.frombuffer(b64decode(s), "<i4").reshape(-1, layers,
+/// top_k)`): their count, which are all zeros, and that every other row
+/// names distinct experts below `experts` in each layer (int32
+/// little-endian: other byte orders give ids far out of range).
+fn rows_layout(output: &Value, layers: usize, top_k: usize, experts: i32) -> (usize, Vec<bool>) {
+    let (bytes, chars) = sglang_rows(output);
+    let text = output["meta_info"][ROUTED_EXPERTS].as_str().expect("rows");
+    assert_eq!(chars % 4, 0, "standard base64 with padding: {text}");
+    let width = layers * top_k * 4;
+    assert_eq!(bytes.len() % width, 0, "whole rows of int32 ids");
+    let ids: Vec<i32> = bytes
+        .chunks_exact(4)
+        .map(|b| i32::from_le_bytes(b.try_into().expect("4 bytes")))
+        .collect();
+    let mut zeros = Vec::new();
+    for row in ids.chunks(layers * top_k) {
+        let zero = row.iter().all(|&id| id == 0);
+        if !zero {
+            for layer in row.chunks(top_k) {
+                let distinct: BTreeSet<_> = layer.iter().collect();
+                assert_eq!(
+                    distinct.len(),
+                    top_k,
+                    "a layer names an expert twice: {row:?}"
+                );
+                assert!(layer.iter().all(|id| (0..experts).contains(id)), "{row:?}");
+            }
+        }
+        zeros.push(zero);
+    }
+    (bytes.len() / width, zeros)
+}
+
+/// Issue 36: the SGLang mocks answer with the keys, value kinds and rows
+/// layout of SGLang 0.5.23's answers. The fixtures' request (12
+/// `input_ids`, 6 generated, no start: the engine's default 0) is sent to
+/// fresh mocks through the router, with its start and without, whole and
+/// streamed, and each instance's answer is held to the engine's: the same
+/// `meta_info` keys and kinds (`text` aside: the fixtures' servers ran
+/// `--skip-tokenizer-init`, which leaves it out, and the mocks write it as
+/// a server with a tokenizer does), rows of standard base64 of int32
+/// little-endian ids, as many as the counts place from the start sent;
+/// the decode sent no start answers zeros for every prompt row, as the
+/// fresh engine did (`decode_full_length_fresh.json`); a stream's first,
+/// middle and finished events have the engine's keys (but one, named
+/// below), and only the last carries rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sglang_mocks_answer_with_the_engines_keys_and_layout() {
+    let real = |name: &str| json_of(&engine_fixture(name));
+    let request = real("request.json");
+    let prompt = request["input_ids"].as_array().expect("input_ids").len();
+    assert_eq!(prompt, 12);
+    let (layers, top_k, experts) = (
+        SGLANG_SHAPE.layers as usize,
+        SGLANG_SHAPE.top_k as usize,
+        SGLANG_SHAPE.experts as i32,
+    );
+    let shape_of = |output: &Value| {
+        let mut keys = BTreeSet::new();
+        let mut output = output.clone();
+        if let Some(object) = output.as_object_mut() {
+            object.remove("text");
+        }
+        // `cached_tokens_details` is null without a prefix-cache hit and
+        // `{"device", "host"}` with one (the fixtures have both): either
+        // reads as null.
+        if let Some(details) = output.pointer_mut("/meta_info/cached_tokens_details") {
+            let hit = details
+                .as_object()
+                .is_some_and(|d| d.len() == 2 && d["device"].is_u64() && d["host"].is_u64());
+            assert!(hit || details.is_null(), "{details}");
+            *details = Value::Null;
+        }
+        keys_and_kinds(&output, "", &mut keys);
+        keys
+    };
+    // The engine's answers: 3 x 2 rows of 8 experts.
+    let engine_layout = |name: &str| rows_layout(&real(name), 3, 2, 8);
+    let index = 3;
+    let completion = |answer: &Value| answer["meta_info"]["completion_tokens"].as_u64();
+    for decode_start in [false, true] {
+        let setup = Setup::start(
+            &format!("sglang-engine-keys-{decode_start}"),
+            Options {
+                decode_start,
+                ..Options::default()
+            },
+        )
+        .await;
+        let mut body = request.clone();
+        body["rid"] = json!(format!("req-{index}"));
+        body["routed_experts_start_len"] = json!(0);
+        let merged = setup.post_sglang_ok(&body, "application/json").await;
+        let last = |mock: &Mock| {
+            json_of(
+                mock.answered
+                    .lock()
+                    .expect("lock")
+                    .back()
+                    .expect("an answer"),
+            )
+        };
+        let (prefill, decode) = (last(&setup.prefill), last(&setup.decode));
+        let (status, _, colocated) = setup
+            .post_to(
+                &setup.colocated_sglang_url,
+                serde_json::to_vec(&body).unwrap(),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK);
+        let colocated = json_of(&colocated);
+        assert_eq!(json_of(&merged), colocated);
+        let n = completion(&colocated).expect("N") as usize;
+        let decode_name = if decode_start {
+            "decode_from_prompt.json"
+        } else {
+            "decode_full_length_fresh.json"
+        };
+        for (mock, name) in [
+            (&prefill, "prefill.json"),
+            (&decode, decode_name),
+            (&colocated, "colocated.json"),
+        ] {
+            assert_eq!(shape_of(mock), shape_of(&real(name)), "{name}: {mock}");
+        }
+        // The rows: as many as the counts place from the start sent.
+        let (real_rows, real_zeros) = engine_layout("prefill.json");
+        assert_eq!((real_rows, real_zeros.iter().any(|&z| z)), (12, false));
+        let (rows, zeros) = rows_layout(&prefill, layers, top_k, experts);
+        assert_eq!((rows, zeros.iter().any(|&z| z)), (prompt, false));
+        assert_eq!(completion(&prefill), Some(1));
+        assert_eq!(
+            prefill["meta_info"]["finish_reason"],
+            real("prefill.json")["meta_info"]["finish_reason"]
+        );
+        let (real_rows, real_zeros) = engine_layout("colocated.json");
+        assert_eq!((real_rows, real_zeros.iter().any(|&z| z)), (17, false));
+        let (rows, zeros) = rows_layout(&colocated, layers, top_k, experts);
+        assert_eq!((rows, zeros.iter().any(|&z| z)), (prompt + n - 1, false));
+        let (real_rows, real_zeros) = engine_layout(decode_name);
+        let (rows, zeros) = rows_layout(&decode, layers, top_k, experts);
+        if decode_start {
+            assert_eq!((real_rows, real_zeros.iter().any(|&z| z)), (5, false));
+            assert_eq!((rows, zeros.iter().any(|&z| z)), (n - 1, false));
+        } else {
+            // 12 zero prompt rows, then the decode's own.
+            assert_eq!(real_rows, 17);
+            assert_eq!(real_zeros, [vec![true; 12], vec![false; 5]].concat());
+            assert_eq!(rows, prompt + n - 1);
+            assert_eq!(zeros, [vec![true; prompt], vec![false; n - 1]].concat());
+        }
+        if decode_start {
+            continue;
+        }
+        // The decode's stream, without the router's start: its prompt's
+        // slots are ones no request wrote yet.
+        let mut body = body.clone();
+        body["stream"] = json!(true);
+        let stitched = setup.post_sglang_ok(&body, "text/event-stream").await;
+        let ours = setup
+            .decode
+            .answered
+            .lock()
+            .expect("lock")
+            .back()
+            .cloned()
+            .expect("a stream");
+        let (_, ours) = sglang_output(&ours, true);
+        let (_, theirs) = sglang_output(&engine_fixture("decode_stream.sse"), true);
+        assert!(
+            ours.len() >= 3,
+            "{} events: pick a request of 3 tokens or more",
+            ours.len()
+        );
+        let events = |events: &[Value]| {
+            let (first, rest) = events.split_first().expect("events");
+            let (last, middle) = rest.split_last().expect("two events");
+            let middle: BTreeSet<String> = middle.iter().flat_map(shape_of).collect();
+            (shape_of(first), middle, shape_of(last))
+        };
+        let (first, middle, mut last) = events(&ours);
+        // The one difference kept: the mock's finished event is its whole
+        // answer (a stitched stream's is compared with a colocated whole
+        // answer), which says when it was sent; the engine's says so on
+        // its first event only.
+        assert!(last.remove(".meta_info.response_sent_to_client_ts: number"));
+        assert_eq!((first, middle, last), events(&theirs));
+        for (k, event) in ours.iter().enumerate() {
+            let has_rows = event["meta_info"].get(ROUTED_EXPERTS).is_some();
+            assert_eq!(has_rows, k + 1 == ours.len(), "event {k}");
+        }
+        let (rows, _) = rows_layout(ours.last().expect("finished"), layers, top_k, experts);
+        assert_eq!(rows, prompt + n - 1);
+        let (finished, _) = sglang_output(&stitched, true);
+        assert_eq!(
+            rows_layout(&finished, layers, top_k, experts).0,
+            prompt + n - 1
         );
     }
 }

@@ -643,8 +643,26 @@ mod sglang_routers {
         #[test]
         fn a_faithful_sglang_router_passes(case in sglang::cases(sglang::Knobs::default())) {
             verify_stitched(&case, &router(&case))?;
-            // Right as it is only when the prefill holds no row.
-            let untouched_is_right = case.draws.iter().all(|d| d.start == d.prompt);
+            // Right as it is only when every output's rows are the
+            // colocated ones: when the prefill holds no row, or when a
+            // full-length decode's prompt rows (zeros, or rows earlier
+            // requests left in its pool) are the truth by chance, which
+            // a row of one id among 256 can be. The decode and the
+            // colocated answer differ in nothing else.
+            let rows = |v: &Value| -> Vec<Value> {
+                let items = match v {
+                    Value::Array(items) => items.clone(),
+                    one => vec![one.clone()],
+                };
+                items.iter().map(|item| {
+                    ["/meta_info/routed_experts", "/sglext/routed_experts",
+                     "/choices/0/sgl_ext/routed_experts"]
+                        .iter()
+                        .find_map(|at| item.pointer(at).cloned())
+                        .unwrap_or(Value::Null)
+                }).collect()
+            };
+            let untouched_is_right = rows(&case.decode) == rows(&case.colocated);
             prop_assert_eq!(verify_stitched(&case, &case.decode).is_ok(), untouched_is_right);
         }
 
@@ -728,6 +746,66 @@ mod sglang_routers {
             wrong_shape(&case, &Value::Array(vec![router(&case)])),
             "choice 0: expected a response object"
         );
+    }
+
+    /// The cases' full-length decodes answer their prompt positions as
+    /// SGLang's do (SPEC F10): all zeros for an odd seed (a fresh server),
+    /// for an even one rows that earlier requests left (valid rows, each
+    /// layer's experts distinct and in range, not the position's truth) or
+    /// zeros where no request wrote; their own rows are the truth. So
+    /// `verify_stitched` fails each unmerged decode, on the rows check for
+    /// zeros and on the comparison for stale rows. (Rows of 2 x 4 of 64
+    /// experts: a stale row is the truth with a chance below 10^-11.)
+    #[test]
+    fn full_length_decodes_answer_zeros_or_stale_prompt_rows() {
+        let shape = sglang::Shape {
+            layers: 2,
+            top_k: 4,
+            experts: 64,
+        };
+        let (mut zeros, mut stale) = (0, 0);
+        for seed in 0..40u64 {
+            let draw = sglang::Draw {
+                prompt: 9,
+                completion: 4,
+                start: 1,
+                convention: Convention::FullLength,
+                seed,
+            };
+            let case = sglang::Case::new(Api::Generate, shape, vec![draw], false);
+            let rows = STANDARD
+                .decode(case.decode["meta_info"]["routed_experts"].as_str().unwrap())
+                .unwrap();
+            let ids: Vec<i32> = rows
+                .chunks_exact(4)
+                .map(|b| i32::from_le_bytes(b.try_into().unwrap()))
+                .collect();
+            let rows: Vec<&[i32]> = ids.chunks(8).collect();
+            // [1, 12): 8 prompt rows, then 3 of the decode's own.
+            assert_eq!(rows.len(), 11, "seed {seed}");
+            for (k, row) in rows.iter().enumerate() {
+                let x = 1 + k as u64;
+                let truth = draw.truth_row(shape, x);
+                if x >= 9 {
+                    assert_eq!(*row, &truth[..], "seed {seed}: the decode's own row {x}");
+                } else if row.iter().all(|&id| id == 0) {
+                    zeros += 1;
+                } else {
+                    assert_eq!(seed % 2, 0, "a fresh server's row {x} is zeros: {row:?}");
+                    assert_ne!(*row, &truth[..], "seed {seed}: row {x} is the truth");
+                    for layer in row.chunks(4) {
+                        let set: std::collections::BTreeSet<_> = layer.iter().collect();
+                        assert_eq!(set.len(), 4, "seed {seed}: row {x} {row:?}");
+                        assert!(layer.iter().all(|id| (0..64).contains(id)), "{row:?}");
+                    }
+                    stale += 1;
+                }
+            }
+            assert!(verify_stitched(&case, &case.decode).is_err(), "seed {seed}");
+        }
+        // Every odd seed's 8 rows are zeros; the worn pools hold mostly rows.
+        assert!(zeros >= 20 * 8, "{zeros} zeros, {stale} stale");
+        assert!(stale > 20 * 8 / 2, "{zeros} zeros, {stale} stale");
     }
 
     /// `cases` draws what its knobs say: with prefix omission, every start

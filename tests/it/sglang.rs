@@ -772,3 +772,165 @@ fn the_engines_pairs_stitch_to_its_colocated_rows() {
         }
     }
 }
+
+/// What a row a decode answered for a prompt position is.
+#[cfg(feature = "verify")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PromptRow {
+    /// All zeros.
+    Zeros,
+    /// The position's true row.
+    Truth,
+    /// A row a router could have chosen (each layer's experts distinct and
+    /// below the expert count), not this position's.
+    OtherRow,
+    /// Anything else.
+    Invalid,
+}
+
+#[cfg(feature = "verify")]
+fn prompt_row(row: &[i32], truth: &[i32], top_k: usize, experts: i32) -> PromptRow {
+    if row.iter().all(|&id| id == 0) {
+        return PromptRow::Zeros;
+    }
+    if row == truth {
+        return PromptRow::Truth;
+    }
+    let valid = row.chunks(top_k).all(|layer| {
+        let distinct: std::collections::BTreeSet<_> = layer.iter().collect();
+        distinct.len() == top_k && layer.iter().all(|id| (0..experts).contains(id))
+    });
+    if valid {
+        PromptRow::OtherRow
+    } else {
+        PromptRow::Invalid
+    }
+}
+
+/// Issue 36: the model's decode (`sglang::model::SlotPool`) answers the
+/// kinds of prompt rows SGLang 0.5.23's decode answered. The engine's
+/// answers are read first, and what they hold is the reference: sent no
+/// start, its 12 prompt rows were all zeros on a fresh server
+/// (`decode_full_length_fresh.json`), and after about 18,000 slots had
+/// gone through its 2,048-slot pool they were rows of other positions,
+/// valid and not the truth, 12 of 12 (`decode_full_length_after_wrap.json`,
+/// with `_observed.json`'s counts); its own rows were the colocated ones.
+/// The model, asked for the same geometry (the fixtures' model: 3 layers,
+/// top-2 of 8 experts; P 12, N 6, rows from 0): from a fresh pool of 2,048
+/// slots, zeros for every prompt row; after filler requests chosen here
+/// put about 18,000 slots through it, rows of other positions, each one
+/// of the rows the fillers computed (recorded here from the truth, not
+/// from the pool), none the truth; and its own rows, the truth. (A row of
+/// 3 layers of top-2 of 8 is another's by chance 1 time in 175,616: the
+/// seeds here give none, as the engine's run gave none.)
+#[cfg(feature = "verify")]
+#[test]
+fn the_models_decode_answers_the_prompt_rows_the_engine_did() {
+    use pd_stitch::algebra::Convention;
+    use pd_stitch::sglang::model::{Draw, Shape, SlotPool};
+
+    let (layers, top_k, experts) = (3usize, 2usize, 8i32);
+    let width = layers * top_k;
+    let rows_of = |v: &Value| -> Vec<Vec<i32>> {
+        unb64(v["meta_info"]["routed_experts"].as_str().expect("rows"))
+            .chunks(width)
+            .map(<[i32]>::to_vec)
+            .collect()
+    };
+    let kinds = |rows: &[Vec<i32>], truth: &[Vec<i32>]| -> Vec<PromptRow> {
+        rows.iter()
+            .zip(truth)
+            .map(|(row, truth)| prompt_row(row, truth, top_k, experts))
+            .collect()
+    };
+
+    // The engine's answers.
+    let request = engine_fixture("request.json");
+    let colocated = engine_fixture("colocated.json");
+    let p = request["input_ids"].as_array().unwrap().len();
+    let n = colocated["meta_info"]["completion_tokens"]
+        .as_u64()
+        .unwrap() as usize;
+    assert_eq!((p, n), (12, 6));
+    let truth = rows_of(&colocated);
+    assert_eq!(truth.len(), p + n - 1);
+    let fresh = rows_of(&engine_fixture("decode_full_length_fresh.json"));
+    let wrapped = rows_of(&engine_fixture("decode_full_length_after_wrap.json"));
+    for rows in [&fresh, &wrapped] {
+        assert_eq!(rows.len(), p + n - 1);
+        assert_eq!(rows[p..], truth[p..], "the decode's own rows");
+    }
+    let engine_fresh = kinds(&fresh[..p], &truth[..p]);
+    let engine_wrapped = kinds(&wrapped[..p], &truth[..p]);
+    assert_eq!(engine_fresh, vec![PromptRow::Zeros; p]);
+    assert_eq!(engine_wrapped, vec![PromptRow::OtherRow; p]);
+    let observed = engine_fixture("decode_full_length_after_wrap_observed.json");
+    assert_eq!(
+        (
+            &observed["pool"],
+            &observed["nonzero"],
+            &observed["equal_to_truth"]
+        ),
+        (&json!(2048), &json!(12), &json!(0))
+    );
+
+    // The model, on the same geometry.
+    let shape = Shape {
+        layers: layers as u64,
+        top_k: top_k as u64,
+        experts: experts as u64,
+    };
+    let draw = Draw {
+        prompt: p as u64,
+        completion: n as u64,
+        start: 0,
+        convention: Convention::FullLength,
+        seed: 36,
+    };
+    let model_truth: Vec<Vec<i32>> = (0..draw.end()).map(|x| draw.truth_row(shape, x)).collect();
+    let rows =
+        |ids: Vec<i32>| -> Vec<Vec<i32>> { ids.chunks(width).map(<[i32]>::to_vec).collect() };
+
+    let got = rows(SlotPool::new(shape, 2048).decode(&draw));
+    assert_eq!(got.len(), p + n - 1);
+    assert_eq!(got[p..], model_truth[p..], "the model's own rows");
+    assert_eq!(kinds(&got[..p], &model_truth[..p]), engine_fresh);
+
+    // After the wrap: fillers of the simulator's lengths, sent the prompt's
+    // start as the router sends it (their prompt slots are taken, not
+    // written), the rows their forwards computed recorded from the truth.
+    let mut pool = SlotPool::new(shape, 2048);
+    let mut computed = std::collections::BTreeSet::new();
+    let (mut slots, mut k) = (0u64, 0u64);
+    while slots < 18_000 {
+        let prompt = 1 + (k * 37) % 160;
+        let filler = Draw {
+            prompt,
+            completion: 1 + (k * 53) % 96,
+            start: prompt,
+            convention: Convention::FullLength,
+            seed: 1000 + k,
+        };
+        pool.decode(&filler);
+        computed.extend((prompt..filler.end()).map(|x| filler.truth_row(shape, x)));
+        slots += filler.end();
+        k += 1;
+    }
+    let got = rows(pool.decode(&draw));
+    assert_eq!(
+        got[p..],
+        model_truth[p..],
+        "the model's own rows after the wrap"
+    );
+    let model_wrapped = kinds(&got[..p], &model_truth[..p]);
+    eprintln!(
+        "after {slots} slots through 2048: engine {engine_wrapped:?}, model {model_wrapped:?}"
+    );
+    assert_eq!(model_wrapped, engine_wrapped);
+    for row in &got[..p] {
+        assert!(
+            computed.contains(row),
+            "{row:?} is no row a filler computed"
+        );
+    }
+}
