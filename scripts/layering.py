@@ -50,8 +50,8 @@ LAYERS = [
     ("error", ["error/"]),
     # A response as the formats read it: the View either representation
     # offers, typed values with their locations, where the stitched values
-    # sit, and the field names.
-    ("view", ["fields.rs", "view.rs", "json.rs", "response.rs"]),
+    # sit, the field names, and the table of where rows sit (places.rs).
+    ("view", ["fields.rs", "places.rs", "view.rs", "json.rs", "response.rs"]),
     # The kinds of rows, each read, checked and planned: by handle (with
     # strict mode's check, which the by-handle planner holds its planned
     # payload against), inline vLLM/prime-rl rows, SGLang's rows with their

@@ -146,6 +146,10 @@ mod handle;
 mod inline;
 mod json;
 mod merge;
+// The table of where rows sit: public for the Python binding's skeleton
+// and the test that walks it, not part of the stable API.
+#[doc(hidden)]
+pub mod places;
 pub mod reading;
 mod response;
 pub mod sglang;

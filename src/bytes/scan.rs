@@ -17,7 +17,7 @@ use std::borrow::Cow;
 use std::ops::Range;
 
 use crate::codec::base64::{alphabet_run, in_alphabet};
-use crate::fields::ROUTED_EXPERTS;
+use crate::places;
 
 use crate::view::Kind;
 
@@ -80,14 +80,15 @@ enum Record {
     Root,
     /// `choices`: its elements, as choices.
     Choices,
-    /// One choice: its members, `payload` and `routed_experts` in full,
-    /// `sgl_ext` one level further.
+    /// One choice: its members, those that hold rows (`payload`,
+    /// `routed_experts`, by [`places`]) in full, those that are objects
+    /// holding places (`sgl_ext`) one level further.
     Choice,
     /// An element of a response that is an array (an SGLang batch): as the
     /// response's members.
     Item,
-    /// An object whose members SGLang's rows are placed by (`meta_info`,
-    /// `sglext`, `usage`, `sgl_ext`): its members, not their children.
+    /// An object that holds places ([`places`]: `meta_info`, `sglext`,
+    /// `usage`, `sgl_ext`): its members, not their children.
     Members,
     /// Everything below.
     Deep,
@@ -102,13 +103,10 @@ impl Record {
     fn member(self, key: &[u8]) -> Record {
         match self {
             Record::Root | Record::Item if key == b"choices" => Record::Choices,
-            Record::Root | Record::Item
-                if key == b"meta_info" || key == b"sglext" || key == b"usage" =>
-            {
-                Record::Members
-            }
-            Record::Choice if key == b"payload" || key == ROUTED_EXPERTS.as_bytes() => Record::Deep,
-            Record::Choice if key == b"sgl_ext" => Record::Members,
+            // What holds rows or their counts, as the table of places says.
+            Record::Root | Record::Item if places::is_member_holder(key) => Record::Members,
+            Record::Choice if places::is_choice_rows(key) => Record::Deep,
+            Record::Choice if places::is_choice_member_holder(key) => Record::Members,
             Record::Root | Record::Item | Record::Choice | Record::Members => Record::Opaque,
             Record::Deep => Record::Deep,
             Record::Choices | Record::Opaque | Record::Skip => Record::Skip,

@@ -35,10 +35,6 @@ use crate::view::{describe_view, Kind, View};
 
 use anchor::Counts;
 
-// The codec by its path before it moved, for a test in `sglang/sim.rs` that
-// still names `crate::inline::base64`; to go once it names `crate::codec`.
-#[cfg(all(test, feature = "verify"))]
-pub(crate) use crate::codec::base64;
 
 /// The prefill's inline rows, validated.
 pub(crate) struct PrefillRows<'p> {

@@ -441,8 +441,8 @@ mod tests {
                         continue;
                     };
                     let (pb, db) = (
-                        crate::inline::base64::Base64::parse(pt.as_bytes()).unwrap(),
-                        crate::inline::base64::Base64::parse(dt.as_bytes()).unwrap(),
+                        crate::codec::base64::Base64::parse(pt.as_bytes()).unwrap(),
+                        crate::codec::base64::Base64::parse(dt.as_bytes()).unwrap(),
                     );
                     let (mut pbytes, mut dbytes) = (Vec::new(), Vec::new());
                     pb.decode_range(0, pb.decoded_len(), &mut pbytes);

@@ -1,56 +1,108 @@
-//! Where an event's rows sit, by its keys: a choice's, an SGLang output's
-//! `meta_info`, or SGLang's response-level `sglext`.
+//! Where an event's rows sit, by its keys: read from the table of places
+//! ([`crate::places`]), so that a place the merge stitches is never passed
+//! through unstitched.
 
 use crate::bytes::{Doc, ScannedValue};
-use crate::fields::ROUTED_EXPERTS;
 use crate::handle::Keys;
-use crate::view::View;
+use crate::places::{Holder, Holds, RowsKind, PLACES};
+use crate::view::{Kind, View};
 
-/// Where a choice's rows sit, to find a second rows event for the same one.
+/// Where an event's rows sit, to find a second rows event for the same.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Slot {
-    /// `choices[i]` (`routed_experts`, `payload`, `sgl_ext`), by the choice's
-    /// `index` (its position when it has no integer `index`).
+    /// `choices[i]` (its rows, or an object of it that holds rows), by the
+    /// choice's `index` (its position when it has no integer `index`).
     Choice(u64),
-    /// SGLang's `meta_info` of `/generate`, by the output's `index` (0 when
-    /// it has none).
-    Generate(u64),
-    /// SGLang's response-level `sglext`, one per stream.
-    SglExt,
+    /// An object of the response that holds rows (SGLang's `meta_info`,
+    /// `sglext`), by the output's `index` (its position in an array, else
+    /// 0, when it has none).
+    Member(&'static str, u64),
 }
 
 impl std::fmt::Display for Slot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Slot::Choice(i) => write!(f, "choice {i}"),
-            Slot::Generate(i) => write!(f, "SGLang output {i} (meta_info)"),
-            Slot::SglExt => f.write_str("SGLang sglext"),
+            Slot::Member(member, i) => write!(f, "{member} of output {i}"),
         }
     }
 }
 
-/// The rows slots of an event's data (scanned as `doc`): empty
-/// when it carries no rows.
+/// The slots of the event data `doc` that hold rows: of the data, or of
+/// each of its elements when it is an array (an SGLang batch).
 pub(super) fn rows_slots(fields: &[&str], doc: &Doc<'_>) -> Vec<Slot> {
     let root = ScannedValue::root(doc);
     let mut slots = Vec::new();
-    // vLLM's inline rows and rows by handle, read from the scanner's index.
-    if let Some(choices) = root.get("choices").and_then(View::elements) {
+    match root.elements() {
+        Some(items) if root.kind() == Kind::Array => {
+            for (k, item) in (0..).zip(items) {
+                output_slots(fields, item, k, &mut slots);
+            }
+        }
+        _ => output_slots(fields, root, 0, &mut slots),
+    }
+    slots
+}
+
+/// The slots of one output (the response, or the `position`-th of an
+/// array) that hold rows.
+fn output_slots(fields: &[&str], output: ScannedValue<'_>, position: u64, slots: &mut Vec<Slot>) {
+    let mut push = |slot| {
+        if !slots.contains(&slot) {
+            slots.push(slot);
+        }
+    };
+    if let Some(choices) = output.get("choices").and_then(View::elements) {
         for (i, choice) in choices.enumerate() {
-            let inline = choice
-                .get(ROUTED_EXPERTS)
-                .is_some_and(|rows| !rows.is_null());
-            let by_handle = choice
-                .get("payload")
-                .and_then(View::elements)
-                .is_some_and(|mut items| items.any(|item| Keys::stitched(fields, item).is_some()));
-            if inline || by_handle {
-                slots.push(Slot::Choice(choice_index(choice, i)));
+            if holds_rows(fields, choice, Holder::Choice)
+                || PLACES.iter().any(|p| match p.holder {
+                    Holder::ChoiceMember(member) => {
+                        holds_rows(fields, object(choice.get(member)), p.holder)
+                    }
+                    _ => false,
+                })
+            {
+                push(Slot::Choice(choice_index(choice, i)));
             }
         }
     }
-    sglang_slots(root, &mut slots);
-    slots
+    for place in PLACES {
+        if let Holder::Member(member) = place.holder {
+            if holds_rows(fields, object(output.get(member)), place.holder) {
+                let index = output.get("index").and_then(View::as_u64);
+                push(Slot::Member(member, index.unwrap_or(position)));
+            }
+        }
+    }
+}
+
+/// `value` when it is an object.
+fn object(value: Option<ScannedValue<'_>>) -> Option<ScannedValue<'_>> {
+    value.filter(|v| v.kind() == Kind::Object)
+}
+
+/// Whether `object`, which is `holder`, holds rows at one of the places of
+/// `holder`: a non-null value, or a payload with a segment of one of the
+/// stitched `fields`.
+fn holds_rows<'a>(
+    fields: &[&str],
+    object: impl Into<Option<ScannedValue<'a>>>,
+    holder: Holder,
+) -> bool {
+    let Some(object) = object.into() else {
+        return false;
+    };
+    PLACES
+        .iter()
+        .filter(|p| p.holder == holder)
+        .any(|p| match p.holds {
+            Holds::Count => false,
+            Holds::Rows(RowsKind::ByHandle) => object
+                .get(p.key)
+                .and_then(View::elements)
+                .is_some_and(|mut items| items.any(|item| Keys::stitched(fields, item).is_some())),
+            Holds::Rows(_) => object.get(p.key).is_some_and(|rows| !rows.is_null()),
+        })
 }
 
 /// A choice's `index` when it is an integer, else its position.
@@ -59,47 +111,4 @@ pub(super) fn choice_index<'a, V: View<'a>>(choice: V, position: usize) -> u64 {
         .get("index")
         .and_then(View::as_u64)
         .unwrap_or(position as u64)
-}
-
-/// Whether `object` is an object with a non-null `routed_experts`. The
-/// scanner records the members of SGLang's slots (`meta_info`, `sglext`, a
-/// choice's `sgl_ext`), of a batch's items too, so this reads its index.
-pub(super) fn has_rows_member(object: Option<ScannedValue<'_>>) -> bool {
-    object
-        .filter(|o| o.kind() == crate::view::Kind::Object)
-        .and_then(|o| o.get(ROUTED_EXPERTS))
-        .is_some_and(|rows| !rows.is_null())
-}
-
-/// SGLang's rows slots of the data `root`: `meta_info` (by the output's
-/// `index`), `sglext`, and `choices[0].sgl_ext`; of each element, when the
-/// data is an array.
-pub(super) fn sglang_slots(root: ScannedValue<'_>, slots: &mut Vec<Slot>) {
-    match root.elements() {
-        Some(items) if root.kind() == crate::view::Kind::Array => {
-            for (k, item) in (0..).zip(items) {
-                sglang_item_slots(item, k, slots);
-            }
-        }
-        _ => sglang_item_slots(root, 0, slots),
-    }
-}
-
-/// The slots of one SGLang output, the `position`-th of its batch.
-pub(super) fn sglang_item_slots(item: ScannedValue<'_>, position: u64, slots: &mut Vec<Slot>) {
-    if has_rows_member(item.get("meta_info")) {
-        let index = item.get("index").and_then(View::as_u64).unwrap_or(position);
-        slots.push(Slot::Generate(index));
-    }
-    if has_rows_member(item.get("sglext")) {
-        slots.push(Slot::SglExt);
-    }
-    if let Some(first) = item.get("choices").and_then(|c| c.index(0)) {
-        if has_rows_member(first.get("sgl_ext")) {
-            let slot = Slot::Choice(choice_index(first, 0));
-            if !slots.contains(&slot) {
-                slots.push(slot);
-            }
-        }
-    }
 }

@@ -26,6 +26,7 @@ mod in_place;
 mod inline;
 mod laws;
 #[cfg(feature = "cli")]
+mod places;
 mod probe;
 mod readme_layout;
 mod resources;
