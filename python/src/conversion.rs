@@ -4,6 +4,7 @@
 
 use std::borrow::Cow;
 
+use pd_stitch::places::{self, Holder, Holds};
 use pd_stitch::Side;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -47,9 +48,10 @@ pub(crate) fn body<'a>(obj: &'a Bound<'_, PyAny>, name: &str) -> PyResult<Body<'
 }
 
 /// The parts of a response the merge, `gather` and `check` read: `choices`,
-/// and of each choice `payload` and `routed_experts`. Anything the merge
-/// could describe in an error (a response, `choices` or a choice of the wrong
-/// type) is converted whole.
+/// and the places of `pd_stitch::places::PLACES` (the one table of where
+/// rows and their counts sit), no more. Anything the merge could describe
+/// in an error (a response, `choices` or a choice of the wrong type) is
+/// converted whole.
 pub(crate) fn skeleton(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
     let Ok(root) = obj.cast::<PyDict>() else {
         return to_value(obj, 0);
@@ -68,11 +70,14 @@ pub(crate) fn skeleton(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
         };
         out.insert("choices".to_owned(), value);
     }
-    // SGLang's rows and counts (SPEC section 10), and `usage`'s counts,
-    // which place SGLang's OpenAI rows and vLLM's `.npy` (section 4a).
-    for key in ["meta_info", "sglext", "usage"] {
-        if let Some(value) = root.get_item(key)? {
-            out.insert(key.to_owned(), members(&value, SGLANG_KEYS, 1)?);
+    // The response's objects that hold places: SGLang's rows and counts
+    // (SPEC section 10), and `usage`'s counts, which place SGLang's OpenAI
+    // rows and vLLM's `.npy` (section 4a).
+    for holder in places::object_holders() {
+        if let Holder::Member(key) = holder {
+            if let Some(value) = root.get_item(key)? {
+                out.insert(key.to_owned(), members(&value, holder, 1)?);
+            }
         }
     }
     Ok(Value::Object(out))
@@ -83,36 +88,40 @@ pub(crate) fn choice_skeleton(choice: &Bound<'_, PyAny>) -> PyResult<Value> {
         return to_value(choice, 2);
     };
     let mut out = Map::new();
-    for key in ["payload", "routed_experts"] {
-        if let Some(value) = dict.get_item(key)? {
-            out.insert(key.to_owned(), to_value(&value, 3)?);
-        }
-    }
-    // The generated tokens, which place a `.npy` (SPEC section 4a): only
-    // their number is read, so a list stands as that many nulls.
-    if let Some(tokens) = dict.get_item("token_ids")? {
-        let value = match tokens.cast::<PyList>() {
-            Ok(list) => Value::Array(vec![Value::Null; list.len()]),
-            Err(_) => to_value(&tokens, 3)?,
+    for place in places::PLACES.iter().filter(|p| p.holder == Holder::Choice) {
+        let Some(value) = dict.get_item(place.key)? else {
+            continue;
         };
-        out.insert("token_ids".to_owned(), value);
+        let value = match (place.holds, value.cast::<PyList>()) {
+            // A count of generated tokens, which places a `.npy` (SPEC
+            // section 4a): only its length is read, so a list stands as
+            // that many nulls.
+            (Holds::Count, Ok(list)) => Value::Array(vec![Value::Null; list.len()]),
+            _ => to_value(&value, 3)?,
+        };
+        out.insert(place.key.to_owned(), value);
     }
-    // SGLang's older per-choice rows.
-    if let Some(ext) = dict.get_item("sgl_ext")? {
-        out.insert("sgl_ext".to_owned(), members(&ext, &[ROUTED_EXPERTS], 3)?);
+    // The choice's objects that hold places (SGLang's older `sgl_ext`).
+    for holder in places::object_holders() {
+        if let Holder::ChoiceMember(key) = holder {
+            if let Some(value) = dict.get_item(key)? {
+                out.insert(key.to_owned(), members(&value, holder, 3)?);
+            }
+        }
     }
     Ok(Value::Object(out))
 }
 
-/// Of an object, only the members `keys` (SGLang's rows and counts).
-fn members(obj: &Bound<'_, PyAny>, keys: &[&str], depth: usize) -> PyResult<Value> {
+/// Of an object, only the members at the places `holder` holds (SGLang's
+/// rows and counts).
+fn members(obj: &Bound<'_, PyAny>, holder: Holder, depth: usize) -> PyResult<Value> {
     // Not an object: the merge finds no rows or counts there, and names
     // nothing about it in an error.
     let Ok(dict) = obj.cast::<PyDict>() else {
         return Ok(Value::Null);
     };
     let mut out = Map::new();
-    for &key in keys {
+    for key in places::keys_of(holder) {
         if let Some(value) = dict.get_item(key)? {
             out.insert(key.to_owned(), to_value(&value, depth + 1)?);
         }
@@ -120,10 +129,6 @@ fn members(obj: &Bound<'_, PyAny>, keys: &[&str], depth: usize) -> PyResult<Valu
     Ok(Value::Object(out))
 }
 
-/// The name SGLang's rows have in `meta_info`, `sglext` and `sgl_ext`.
-const ROUTED_EXPERTS: &str = "routed_experts";
-/// SGLang's rows and the counts that place them.
-const SGLANG_KEYS: &[&str] = &[ROUTED_EXPERTS, "prompt_tokens", "completion_tokens"];
 
 /// A JSON-like Python value as a `Value`, read as `serde_json` reads the text
 /// `json.dumps` writes for it: an int beyond `i64`/`u64` becomes a float.
@@ -258,9 +263,11 @@ pub(crate) fn merged_dict<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let original = original.cast::<PyDict>()?;
     let out = original.copy()?;
-    for key in ["meta_info", "sglext"] {
-        if let Some(value) = merged.get(key) {
-            set_rows(py, &out, key, value)?;
+    for holder in places::object_holders() {
+        if let Holder::Member(key) = holder {
+            if let Some(value) = merged.get(key) {
+                set_rows(py, &out, holder, key, value)?;
+            }
         }
     }
     let (Some(old), Some(Value::Array(new))) =
@@ -279,10 +286,18 @@ pub(crate) fn merged_dict<'py>(
         let copy = choice.copy()?;
         // Only what the merge writes: the skeleton's other members (a
         // `token_ids` of nulls, which only counts) are not the choice's.
-        for (key, value) in fields {
-            match key.as_str() {
-                "sgl_ext" => set_rows(py, &copy, key, value)?,
-                "payload" | "routed_experts" => copy.set_item(key, to_python(py, value)?)?,
+        for place in places::PLACES {
+            match (place.holder, place.holds) {
+                (Holder::Choice, Holds::Rows(_)) => {
+                    if let Some(value) = fields.get(place.key) {
+                        copy.set_item(place.key, to_python(py, value)?)?;
+                    }
+                }
+                (Holder::ChoiceMember(key), Holds::Rows(_)) => {
+                    if let Some(value) = fields.get(key) {
+                        set_rows(py, &copy, place.holder, key, value)?;
+                    }
+                }
                 _ => {}
             }
         }
@@ -292,21 +307,32 @@ pub(crate) fn merged_dict<'py>(
     Ok(out.into_any())
 }
 
-/// Gives `dict[key]` (`meta_info`, `sglext`, `sgl_ext`) the merged SGLang
-/// rows of `merged`, in a copy of that object: its other members shared.
+/// Gives `dict[key]`, an object that holds places (`meta_info`, `sglext`,
+/// `sgl_ext`), the merged rows of `merged` at each of them, in a copy of
+/// that object: its other members shared.
 fn set_rows<'py>(
     py: Python<'py>,
     dict: &Bound<'py, PyDict>,
+    holder: Holder,
     key: &str,
     merged: &Value,
 ) -> PyResult<()> {
-    let (Some(old), Some(rows)) = (dict.get_item(key)?, merged.get(ROUTED_EXPERTS)) else {
+    let Some(old) = dict.get_item(key)? else {
         return Ok(());
     };
     let Ok(old) = old.cast::<PyDict>() else {
         return Ok(());
     };
     let copy = old.copy()?;
-    copy.set_item(ROUTED_EXPERTS, to_python(py, rows)?)?;
-    dict.set_item(key, copy)
+    let mut changed = false;
+    for place in places::PLACES.iter().filter(|p| p.holder == holder) {
+        if let (Holds::Rows(_), Some(rows)) = (place.holds, merged.get(place.key)) {
+            copy.set_item(place.key, to_python(py, rows)?)?;
+            changed = true;
+        }
+    }
+    if changed {
+        dict.set_item(key, copy)?;
+    }
+    Ok(())
 }

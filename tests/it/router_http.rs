@@ -178,6 +178,20 @@ impl Setup {
     }
 
     /// The same to the router's SGLang route.
+    /// POSTs `body` to the colocated SGLang mock, which must answer 200;
+    /// the body.
+    async fn post_colocated_sglang_ok(&self, body: &Value) -> Vec<u8> {
+        let bytes = serde_json::to_vec(body).expect("json");
+        let (status, _, answer) = self.post_to(&self.colocated_sglang_url, bytes).await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "{}",
+            String::from_utf8_lossy(&answer)
+        );
+        answer
+    }
+
     async fn post_sglang(&self, body: &Value) -> (StatusCode, String, Vec<u8>) {
         let bytes = serde_json::to_vec(body).expect("json");
         self.post_to(&self.sglang_url, bytes).await
@@ -946,13 +960,7 @@ async fn the_sglang_decode_sends_only_its_own_rows_when_sent_the_start_len() {
                 "application/json"
             };
             let merged = setup.post_sglang_ok(&body, content).await;
-            let (status, _, colocated) = setup
-                .post_to(
-                    &setup.colocated_sglang_url,
-                    serde_json::to_vec(&body).unwrap(),
-                )
-                .await;
-            assert_eq!(status, StatusCode::OK);
+            let colocated = setup.post_colocated_sglang_ok(&body).await;
             let (merged, merged_events) = sglang_output(&merged, stream);
             let (colocated, colocated_events) = sglang_output(&colocated, stream);
             let label = format!("decode_start {decode_start}, request {index}");
@@ -1191,13 +1199,7 @@ async fn the_sglang_mocks_answer_with_the_engines_keys_and_layout() {
             )
         };
         let (prefill, decode) = (last(&setup.prefill), last(&setup.decode));
-        let (status, _, colocated) = setup
-            .post_to(
-                &setup.colocated_sglang_url,
-                serde_json::to_vec(&body).unwrap(),
-            )
-            .await;
-        assert_eq!(status, StatusCode::OK);
+        let colocated = setup.post_colocated_sglang_ok(&body).await;
         let colocated = json_of(&colocated);
         assert_eq!(json_of(&merged), colocated);
         let n = completion(&colocated).expect("N") as usize;

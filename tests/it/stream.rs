@@ -143,41 +143,19 @@ proptest! {
         fault in 0..3usize,
         pick in any::<prop::sample::Index>(),
     ) {
-        let (want, _) = events(&case.stream);
-        let k = case.rows_events[pick.index(case.rows_events.len())];
-        let event = want[k].raw.clone();
-        let mut stream = case.stream.clone();
-        let (expect_kind, failing_start) = match fault {
-            // Rows that do not stitch: a prefill without rows.
-            0 => {
-                let first = want[case.rows_events[0]].raw.start;
-                let (out, result) = run(b"{\"choices\": [{}]}", stream.chunks(7));
-                match result {
-                    Err(Error::StreamEvent { error, .. }) => {
-                        prop_assert_eq!(error.kind(), ErrorKind::MissingPrefillField);
-                    }
-                    other => prop_assert!(false, "{:?}", other),
+        let Faulted { stream, prefill, kind: expect_kind, failing_start } =
+            faulted(&case, fault, pick.index(case.rows_events.len()));
+        if fault == 0 {
+            let (out, result) = run(&prefill, stream.chunks(7));
+            match result {
+                Err(Error::StreamEvent { error, .. }) => {
+                    prop_assert_eq!(error.kind(), ErrorKind::MissingPrefillField);
                 }
-                prop_assert_eq!(&out[..], &stream[..first]);
-                return Ok(());
+                other => prop_assert!(false, "{:?}", other),
             }
-            // The same rows event twice.
-            1 => {
-                let copy = stream[event.clone()].to_vec();
-                let after = if stream[event.end - 1] == b'\r' && stream.get(event.end) == Some(&b'\n') {
-                    event.end + 1
-                } else {
-                    event.end
-                };
-                stream.splice(after..after, copy);
-                (ErrorKind::StreamRowsRepeated, after)
-            }
-            // The stream cut inside the rows event.
-            _ => {
-                stream.truncate(event.end - 1);
-                (ErrorKind::StreamUnfinished, event.start)
-            }
-        };
+            prop_assert_eq!(&out[..], &stream[..failing_start]);
+            return Ok(());
+        }
         let (out, result) = run(&case.prefill_body, stream.chunks(7));
         prop_assert_eq!(result.as_ref().map_err(Error::kind), Err(expect_kind));
         let (good, ok) = run(&case.prefill_body, [&stream[..failing_start]]);
@@ -198,6 +176,52 @@ proptest! {
         }
         let refused = stitcher.feed(b"data: x\n\n", &mut sink);
         prop_assert!(matches!(refused, Err(Error::StreamClosed { failed: true, .. })), "{:?}", refused);
+    }
+}
+
+/// A generated stream with one of SL4's faults, and how it fails.
+pub(crate) struct Faulted {
+    pub(crate) stream: Vec<u8>,
+    pub(crate) prefill: Vec<u8>,
+    pub(crate) kind: ErrorKind,
+    /// Where the failing event starts: what goes out before it is what the
+    /// stream up to there gives.
+    pub(crate) failing_start: usize,
+}
+
+/// `case` with fault 0 (a prefill without rows: the first rows event fails
+/// to stitch), 1 (its `pick`-th rows event twice) or 2 (the stream cut
+/// inside that event).
+pub(crate) fn faulted(case: &StreamCase, fault: usize, pick: usize) -> Faulted {
+    let (want, _) = events(&case.stream);
+    let event = want[case.rows_events[pick]].raw.clone();
+    let mut stream = case.stream.clone();
+    let mut prefill = case.prefill_body.clone();
+    let (kind, failing_start) = match fault {
+        0 => {
+            prefill = b"{\"choices\": [{}]}".to_vec();
+            (ErrorKind::StreamEvent, want[case.rows_events[0]].raw.start)
+        }
+        1 => {
+            let copy = stream[event.clone()].to_vec();
+            let after = if stream[event.end - 1] == b'\r' && stream.get(event.end) == Some(&b'\n') {
+                event.end + 1
+            } else {
+                event.end
+            };
+            stream.splice(after..after, copy);
+            (ErrorKind::StreamRowsRepeated, after)
+        }
+        _ => {
+            stream.truncate(event.end - 1);
+            (ErrorKind::StreamUnfinished, event.start)
+        }
+    };
+    Faulted {
+        stream,
+        prefill,
+        kind,
+        failing_start,
     }
 }
 

@@ -5,6 +5,7 @@
 //! never comes is an error at `finish`. Generated streams of every framing,
 //! and the real engines' streams.
 
+use crate::stream::{faulted, Faulted};
 use pd_stitch::stream::StreamStitcher;
 use pd_stitch::testing::stream::{events, streams, Framing, StreamCase};
 use pd_stitch::testing::Knobs;
@@ -112,34 +113,8 @@ proptest! {
         fault in 0..3usize,
         pick in any::<prop::sample::Index>(),
     ) {
-        let (want, _) = events(&case.stream);
-        let k = case.rows_events[pick.index(case.rows_events.len())];
-        let event = want[k].raw.clone();
-        let mut stream = case.stream.clone();
-        let mut prefill = case.prefill_body.clone();
-        let kind = match fault {
-            // Rows that do not stitch: a prefill without rows.
-            0 => {
-                prefill = b"{\"choices\": [{}]}".to_vec();
-                ErrorKind::StreamEvent
-            }
-            // The same rows event twice.
-            1 => {
-                let copy = stream[event.clone()].to_vec();
-                let after = if stream[event.end - 1] == b'\r' && stream.get(event.end) == Some(&b'\n') {
-                    event.end + 1
-                } else {
-                    event.end
-                };
-                stream.splice(after..after, copy);
-                ErrorKind::StreamRowsRepeated
-            }
-            // The stream cut inside the rows event.
-            _ => {
-                stream.truncate(event.end - 1);
-                ErrorKind::StreamUnfinished
-            }
-        };
+        let Faulted { stream, prefill, kind, .. } =
+            faulted(&case, fault, pick.index(case.rows_events.len()));
         let chunks: Vec<&[u8]> = stream.chunks(7).collect();
         let stitcher = Stitcher::new();
         let early = run(&stitcher, &prefill, &chunks, None);
