@@ -35,7 +35,6 @@ use crate::view::{describe_view, Kind, View};
 
 use anchor::Counts;
 
-
 /// The prefill's inline rows, validated.
 pub(crate) struct PrefillRows<'p> {
     rows: Inline<'p>,

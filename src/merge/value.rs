@@ -12,7 +12,7 @@ use crate::fields::ROUTED_EXPERTS;
 use crate::handle::Fate;
 use crate::inline::{rows_text, Merged};
 use crate::response::prefill_rows;
-use crate::sglang::{Place, Slot};
+use crate::sglang::{Api, Slot};
 use crate::splice;
 use crate::view::View;
 
@@ -148,10 +148,10 @@ fn sglang_rows_mut(slot: Slot, decode: &mut Value) -> Option<&mut Value> {
         None => decode,
         Some(i) => decode.get_mut(i)?,
     };
-    match slot.place {
-        Place::Generate => item.get_mut("meta_info")?.get_mut(ROUTED_EXPERTS),
-        Place::Sglext => item.get_mut("sglext")?.get_mut(ROUTED_EXPERTS),
-        Place::SglExt => item
+    match slot.api {
+        Api::Generate => item.get_mut("meta_info")?.get_mut(ROUTED_EXPERTS),
+        Api::ResponseExt => item.get_mut("sglext")?.get_mut(ROUTED_EXPERTS),
+        Api::ChoiceExt => item
             .get_mut("choices")?
             .get_mut(0)?
             .get_mut("sgl_ext")?

@@ -37,15 +37,33 @@ const NO_ROWS: Rows = match Rows::new(0, 0) {
     None => panic!("[0, 0) is an interval"), // evaluated at compile time
 };
 
-/// Where in an item a slot's rows are.
+/// Which of SGLang's APIs answered, which says where in an output its rows
+/// and their counts are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum Place {
-    /// `meta_info.routed_experts`, counted by `meta_info`.
+pub enum Api {
+    /// `/generate`: `meta_info.routed_experts`, counted by `meta_info`; an
+    /// array of outputs for a batch.
     Generate,
+    /// OpenAI chat and completions: the response-level
     /// `sglext.routed_experts`, counted by `usage`.
-    Sglext,
+    ResponseExt,
+    /// OpenAI, older builds: the choice-level
     /// `choices[0].sgl_ext.routed_experts`, counted by `usage`.
-    SglExt,
+    ChoiceExt,
+}
+
+impl Api {
+    /// Every API, in report order.
+    pub const ALL: [Api; 3] = [Api::Generate, Api::ResponseExt, Api::ChoiceExt];
+
+    /// The name used in reports: the key that holds the rows.
+    pub fn name(self) -> &'static str {
+        match self {
+            Api::Generate => "generate",
+            Api::ResponseExt => "sglext",
+            Api::ChoiceExt => "sgl_ext",
+        }
+    }
 }
 
 /// One place of SGLang rows in a response.
@@ -53,7 +71,7 @@ pub(crate) enum Place {
 pub(crate) struct Slot {
     /// The batch array's element, or `None` for the response itself.
     pub(crate) item: Option<usize>,
-    pub(crate) place: Place,
+    pub(crate) api: Api,
 }
 
 impl Slot {
@@ -69,10 +87,10 @@ impl Slot {
     /// The rows value (null included) in `response`, when the path is there.
     pub(crate) fn rows<'a, V: View<'a>>(self, response: V) -> Option<V> {
         let item = self.item_of(response)?;
-        match self.place {
-            Place::Generate => item.get("meta_info")?.get(ROUTED_EXPERTS),
-            Place::Sglext => item.get("sglext")?.get(ROUTED_EXPERTS),
-            Place::SglExt => item
+        match self.api {
+            Api::Generate => item.get("meta_info")?.get(ROUTED_EXPERTS),
+            Api::ResponseExt => item.get("sglext")?.get(ROUTED_EXPERTS),
+            Api::ChoiceExt => item
                 .get("choices")?
                 .index(0)?
                 .get("sgl_ext")?
@@ -88,9 +106,9 @@ impl Slot {
     /// The object holding the counts.
     fn counts<'a, V: View<'a>>(self, response: V) -> Option<V> {
         let item = self.item_of(response)?;
-        match self.place {
-            Place::Generate => item.get("meta_info"),
-            Place::Sglext | Place::SglExt => item.get("usage"),
+        match self.api {
+            Api::Generate => item.get("meta_info"),
+            Api::ResponseExt | Api::ChoiceExt => item.get("usage"),
         }
     }
 
@@ -104,10 +122,10 @@ impl Slot {
     /// Where the rows are.
     pub(crate) fn rows_at(self, side: Side) -> Location {
         let item = self.item_at(side);
-        match self.place {
-            Place::Generate => item.key("meta_info"),
-            Place::Sglext => item.key("sglext"),
-            Place::SglExt => item.key("choices").index(0).key("sgl_ext"),
+        match self.api {
+            Api::Generate => item.key("meta_info"),
+            Api::ResponseExt => item.key("sglext"),
+            Api::ChoiceExt => item.key("choices").index(0).key("sgl_ext"),
         }
         .key(ROUTED_EXPERTS)
     }
@@ -115,9 +133,9 @@ impl Slot {
     /// Where the count `key` is.
     fn count_at(self, side: Side, key: &str) -> Location {
         let item = self.item_at(side);
-        match self.place {
-            Place::Generate => item.key("meta_info"),
-            Place::Sglext | Place::SglExt => item.key("usage"),
+        match self.api {
+            Api::Generate => item.key("meta_info"),
+            Api::ResponseExt | Api::ChoiceExt => item.key("usage"),
         }
         .key(key)
     }
@@ -130,12 +148,12 @@ fn slots<'a, V: View<'a>>(response: V) -> Vec<Slot> {
         Kind::Array => (0..response.elements().map_or(0, Iterator::count))
             .map(|i| Slot {
                 item: Some(i),
-                place: Place::Generate,
+                api: Api::Generate,
             })
             .collect(),
-        Kind::Object => [Place::Generate, Place::Sglext, Place::SglExt]
+        Kind::Object => [Api::Generate, Api::ResponseExt, Api::ChoiceExt]
             .into_iter()
-            .map(|place| Slot { item: None, place })
+            .map(|api| Slot { item: None, api })
             .collect(),
         _ => Vec::new(),
     }
@@ -188,7 +206,7 @@ fn parse<'v, V: View<'v>>(
         |key: &str| json::integer(counts.and_then(|c| c.get(key)), || slot.count_at(side, key));
     let prompt = count("prompt_tokens")?;
     let completion = count("completion_tokens")?;
-    if slot.place != Place::Generate {
+    if slot.api != Api::Generate {
         let choices = slot
             .item_of(response)
             .and_then(|item| item.get("choices"))
@@ -283,7 +301,7 @@ impl<'p> Prefill<'p> {
                 let slot = self.slots.first().map_or(
                     Slot {
                         item: None,
-                        place: Place::Generate,
+                        api: Api::Generate,
                     },
                     |(slot, _)| *slot,
                 );

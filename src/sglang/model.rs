@@ -8,31 +8,7 @@ use serde_json::{json, Value};
 use super::Convention;
 use crate::inline::encode_base64;
 
-/// Which API the responses come from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Api {
-    /// `/generate`: `meta_info.routed_experts`; an array of outputs for a
-    /// batch.
-    Generate,
-    /// OpenAI `chat/completions`: `sglext.routed_experts`.
-    Sglext,
-    /// OpenAI, older builds: `choices[0].sgl_ext.routed_experts`.
-    SglExt,
-}
-
-impl Api {
-    /// Every API, in report order.
-    pub const ALL: [Api; 3] = [Api::Generate, Api::Sglext, Api::SglExt];
-
-    /// The name used in reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            Api::Generate => "generate",
-            Api::Sglext => "sglext",
-            Api::SglExt => "sgl_ext",
-        }
-    }
-}
+pub use super::Api;
 
 /// The rows' geometry and the expert ids they draw from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -392,13 +368,13 @@ fn output(api: Api, prompt: u64, completion: u64, rows: &str, role: Role) -> Val
                 "response_sent_to_client_ts": 1_764_547_200.25,
             },
         }),
-        Api::Sglext | Api::SglExt => {
+        Api::ResponseExt | Api::ChoiceExt => {
             let mut choice = json!({
                 "index": 0,
                 "message": {"role": "assistant", "content": text},
                 "finish_reason": "length",
             });
-            if api == Api::SglExt {
+            if api == Api::ChoiceExt {
                 choice["sgl_ext"] = json!({"routed_experts": rows});
             }
             let mut response = json!({
@@ -413,7 +389,7 @@ fn output(api: Api, prompt: u64, completion: u64, rows: &str, role: Role) -> Val
                     "total_tokens": prompt + completion,
                 },
             });
-            if api == Api::Sglext {
+            if api == Api::ResponseExt {
                 response["sglext"] = json!({"routed_experts": rows});
             }
             response

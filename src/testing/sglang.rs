@@ -125,8 +125,8 @@ impl Case {
     fn slot(&self) -> &'static str {
         match self.api {
             Api::Generate => "meta_info.routed_experts",
-            Api::Sglext => "sglext.routed_experts",
-            Api::SglExt => "choices[0].sgl_ext.routed_experts",
+            Api::ResponseExt => "sglext.routed_experts",
+            Api::ChoiceExt => "choices[0].sgl_ext.routed_experts",
         }
     }
 }

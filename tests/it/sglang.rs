@@ -26,12 +26,7 @@ enum Conv {
     Suffix,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Api {
-    Generate,
-    Sglext,
-    SglExt,
-}
+use pd_stitch::sglang::Api;
 
 /// One request: prompt `p`, `c` generated, rows from `s`, the decode's
 /// convention, a seed for the truth.
@@ -136,12 +131,12 @@ fn output(api: Api, p: u64, c: u64, ids: &[i32], extra: u64) -> Value {
             "meta_info": {"id": format!("r{extra}"), "prompt_tokens": p, "completion_tokens": c,
                           "routed_experts": rows, "cached_tokens": 0, "e2e_latency": 1.5e-1},
         }),
-        Api::Sglext => json!({
+        Api::ResponseExt => json!({
             "id": "chatcmpl", "choices": [{"index": 0, "message": {"content": "x"}}],
             "usage": {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c},
             "sglext": {"routed_experts": rows, "cached_tokens_details": {"device": 0}},
         }),
-        Api::SglExt => json!({
+        Api::ChoiceExt => json!({
             "id": "chatcmpl", "choices": [{"index": 0, "message": {"content": "x"},
                                            "sgl_ext": {"routed_experts": rows}}],
             "usage": {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c},
@@ -175,8 +170,8 @@ fn rows_of(api: Api, response: &Value) -> Vec<String> {
         .map(|item| {
             let rows = match api {
                 Api::Generate => &item["meta_info"]["routed_experts"],
-                Api::Sglext => &item["sglext"]["routed_experts"],
-                Api::SglExt => &item["choices"][0]["sgl_ext"]["routed_experts"],
+                Api::ResponseExt => &item["sglext"]["routed_experts"],
+                Api::ChoiceExt => &item["choices"][0]["sgl_ext"]["routed_experts"],
             };
             rows.as_str().expect("rows").to_owned()
         })
@@ -206,7 +201,11 @@ fn shape() -> impl Strategy<Value = Shape> {
 }
 
 fn api() -> impl Strategy<Value = Api> {
-    prop_oneof![Just(Api::Generate), Just(Api::Sglext), Just(Api::SglExt)]
+    prop_oneof![
+        Just(Api::Generate),
+        Just(Api::ResponseExt),
+        Just(Api::ChoiceExt)
+    ]
 }
 
 // ----------------------------------------------------------------------------
@@ -346,7 +345,7 @@ fn fails(stitcher: &Stitcher, prefill: &Value, decode: &Value) -> (ErrorKind, St
 /// entry points do not read SGLang rows.
 #[test]
 fn presence_rules() {
-    for api in [Api::Generate, Api::Sglext, Api::SglExt] {
+    for api in [Api::Generate, Api::ResponseExt, Api::ChoiceExt] {
         let (prefill, decode) = std_pair(api);
         assert!(prefill_has_routed_experts(&prefill), "{api:?}");
         let text = serde_json::to_vec(&prefill).unwrap();
@@ -363,8 +362,8 @@ fn presence_rules() {
 
         let slot = match api {
             Api::Generate => "meta_info.routed_experts",
-            Api::Sglext => "sglext.routed_experts",
-            Api::SglExt => "choices[0].sgl_ext.routed_experts",
+            Api::ResponseExt => "sglext.routed_experts",
+            Api::ChoiceExt => "choices[0].sgl_ext.routed_experts",
         };
         // Rows on the decode only.
         let mut bare = prefill.clone();
@@ -397,8 +396,8 @@ fn presence_rules() {
 fn null_rows(api: Api, response: &mut Value) {
     match api {
         Api::Generate => response["meta_info"]["routed_experts"] = Value::Null,
-        Api::Sglext => response["sglext"]["routed_experts"] = Value::Null,
-        Api::SglExt => response["choices"][0]["sgl_ext"]["routed_experts"] = Value::Null,
+        Api::ResponseExt => response["sglext"]["routed_experts"] = Value::Null,
+        Api::ChoiceExt => response["choices"][0]["sgl_ext"]["routed_experts"] = Value::Null,
     }
 }
 
@@ -442,7 +441,7 @@ fn batch_shapes_must_agree() {
 /// Q3: an OpenAI slot needs exactly one choice on its side.
 #[test]
 fn openai_many_choices_is_refused() {
-    for api in [Api::Sglext, Api::SglExt] {
+    for api in [Api::ResponseExt, Api::ChoiceExt] {
         let (prefill, mut decode) = std_pair(api);
         let choice = decode["choices"][0].clone();
         decode["choices"].as_array_mut().unwrap().push(choice);
@@ -697,7 +696,7 @@ fn q4_one_token_is_the_prefill_rows() {
 /// planned together; an SGLang error leaves the inline rows unwritten.
 #[test]
 fn sglang_and_inline_rows_are_one_atomic_step() {
-    let (mut prefill, mut decode) = std_pair(Api::Sglext);
+    let (mut prefill, mut decode) = std_pair(Api::ResponseExt);
     prefill["choices"][0]["routed_experts"] =
         json!({"data": "AQID", "shape": [1, 1, 3], "start": 0, "dtype": "uint8"});
     decode["choices"][0]["routed_experts"] =
