@@ -1,4 +1,4 @@
-//! The checks the three fuzz targets share.
+//! The checks the fuzz targets (`fuzz_targets/`) share.
 //!
 //! **Input format.** `prefill JSON, one NUL byte (0x00), decode JSON`. A JSON
 //! text never holds a raw NUL (not as whitespace, and inside strings control
@@ -761,7 +761,9 @@ pub fn check_bytes(data: &[u8], bytes: BytesMerge, value: Merge) {
 ///   fed a byte at a time, the output and the result's kind are the same;
 /// - SL2: a stream with no `routed_experts`, `payload` or `\u` in it comes
 ///   out byte for byte as it went in, and without error;
-/// - SL4: after an error, every further call is refused.
+/// - SL4: after an error, every further call is refused;
+/// - SL5: given the prefill late, after as many chunks as the stream's first
+///   byte says, the output and the result's kind are the same.
 pub fn check_stream(data: &[u8]) {
     use pd_stitch::stream::StreamStitcher;
     use pd_stitch::{ErrorKind, Stitcher};
@@ -807,6 +809,30 @@ pub fn check_stream(data: &[u8]) {
     assert_eq!(run(&mut chunked, &mut chunks), (out.clone(), result), "SL1: chunks");
     let mut bytewise = StreamStitcher::new(Stitcher::new(), prefill).expect("accepted once");
     assert_eq!(run(&mut bytewise, &mut stream.chunks(1)), (out.clone(), result), "SL1: bytes");
+    // SL5: the prefill given late, after a number of chunks of 7 bytes
+    // that the stream's first byte chooses: the same bytes, the same end.
+    let pieces: Vec<&[u8]> = stream.chunks(7).collect();
+    let at = stream.first().map_or(0, |&b| usize::from(b)) % (pieces.len() + 1);
+    let mut late = StreamStitcher::awaiting_prefill(Stitcher::new());
+    let mut late_out = Vec::new();
+    let mut fed = || {
+        for (k, piece) in pieces.iter().enumerate() {
+            if k == at {
+                late.give_prefill(prefill, &mut late_out)?;
+            }
+            late.feed(piece, &mut late_out)?;
+        }
+        if at == pieces.len() {
+            late.give_prefill(prefill, &mut late_out)?;
+        }
+        late.finish(&mut late_out)
+    };
+    let late_result = fed().map_err(|e| e.kind());
+    assert_eq!(
+        (late_out, late_result),
+        (out.clone(), result),
+        "SL5: the prefill given after {at} chunks"
+    );
     let find = |needle: &[u8]| stream.windows(needle.len()).any(|w| w == needle);
     if !find(b"routed_experts") && !find(b"payload") && !find(b"\\u") {
         assert_eq!(result, Ok(()), "SL2: a stream without rows keys failed");
