@@ -7,7 +7,7 @@
 //! business touching: key order, number spellings, escapes. The functions here
 //! give the same answers as the `Value` ones (the same `Ok(bool)`, errors of
 //! the same variant at the same place) while building no value tree: a
-//! scanner (`src/bytes/scan.rs`) validates each text exactly as `serde_json` reads it and
+//! scanner (`src/bytes/scan/`) validates each text exactly as `serde_json` reads it and
 //! indexes only the paths a merge reads, the shared merge plan reads that
 //! index, and the decode's buffer is rewritten in place where only the
 //! stitched values change:

@@ -1,0 +1,55 @@
+//! What the scanner records of a response: the paths a merge reads, as
+//! the table of places ([`crate::places`]) names them, and nothing deeper.
+
+use crate::places;
+
+/// What to record of a value and its children.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Record {
+    /// The response: its members, and `choices` one level further.
+    Root,
+    /// `choices`: its elements, as choices.
+    Choices,
+    /// One choice: its members, those that hold rows (`payload`,
+    /// `routed_experts`, by [`places`]) in full, those that are objects
+    /// holding places (`sgl_ext`) one level further.
+    Choice,
+    /// An element of a response that is an array (an SGLang batch): as the
+    /// response's members.
+    Item,
+    /// An object that holds places ([`places`]: `meta_info`, `sglext`,
+    /// `usage`, `sgl_ext`): its members, not their children.
+    Members,
+    /// Everything below.
+    Deep,
+    /// The value itself, not its children.
+    Opaque,
+    /// Nothing: validate only.
+    Skip,
+}
+
+impl Record {
+    /// What to record of the member `key` of an object recorded as `self`.
+    pub(super) fn member(self, key: &[u8]) -> Record {
+        match self {
+            Record::Root | Record::Item if key == b"choices" => Record::Choices,
+            // What holds rows or their counts, as the table of places says.
+            Record::Root | Record::Item if places::is_member_holder(key) => Record::Members,
+            Record::Choice if places::is_choice_rows(key) => Record::Deep,
+            Record::Choice if places::is_choice_member_holder(key) => Record::Members,
+            Record::Root | Record::Item | Record::Choice | Record::Members => Record::Opaque,
+            Record::Deep => Record::Deep,
+            Record::Choices | Record::Opaque | Record::Skip => Record::Skip,
+        }
+    }
+
+    /// What to record of an element of an array recorded as `self`.
+    pub(super) fn element(self) -> Record {
+        match self {
+            Record::Root => Record::Item,
+            Record::Choices => Record::Choice,
+            Record::Deep => Record::Deep,
+            _ => Record::Skip,
+        }
+    }
+}
