@@ -114,6 +114,36 @@ start_server() { # name port args...
     start_of[$name]=$SECONDS
 }
 
+say "starting the example router"
+# Before the servers: the ports picked above are then bound at once, and none
+# of the ports an SGLang server opens while it starts (its schedulers', the
+# KV transfer's) can take one of them (a router that found its port taken
+# once let drive.py's requests reach an SGLang process instead).
+# The router reaches the decode through tap.py, which notes the start the
+# router asks for and the rows the decode answers (drive.py checks both).
+tap_log="$logs/tap.jsonl"
+: > "$tap_log"
+setsid "$py" "$here/tap.py" "$port_tap" "$port_decode" "$tap_log" > "$logs/tap.log" 2>&1 < /dev/null &
+tap_pid=$!
+pgids+=("$tap_pid")
+for _ in $(seq 100); do
+    kill -0 "$tap_pid" 2>/dev/null || { echo "== sglang: tap.py died:" >&2; tail -n 20 "$logs/tap.log" >&2; exit 1; }
+    (echo > "/dev/tcp/127.0.0.1/$port_tap") 2>/dev/null && break
+    sleep 0.1
+done
+# shellcheck disable=SC2086 # PD_ROUTER_ARGS is a list of words on purpose
+setsid "$router_bin" --prefill "http://127.0.0.1:$port_prefill" --decode "http://127.0.0.1:$port_tap" \
+    --row-shape 3x2 --bootstrap-port "$port_boot" --listen "127.0.0.1:$port_router" \
+    ${PD_ROUTER_ARGS:-} > "$logs/router.log" 2>&1 < /dev/null &
+router_pid=$!
+pgids+=("$router_pid")
+for _ in $(seq 100); do
+    kill -0 "$router_pid" 2>/dev/null || { echo "== sglang: the router died:" >&2; tail -n 20 "$logs/router.log" >&2; exit 1; }
+    (echo > "/dev/tcp/127.0.0.1/$port_router") 2>/dev/null && break
+    sleep 0.1
+done
+
+
 say "starting three SGLang servers (logs in $logs)"
 # The colocated server's radix cache is off, so that its answer is the same
 # computation whatever it was sent before. With it on, a greedy request that
@@ -169,29 +199,11 @@ while [[ ${#pending[@]} -gt 0 ]]; do
     fi
 done
 
-say "starting the example router"
-# The router reaches the decode through tap.py, which notes the start the
-# router asks for and the rows the decode answers (drive.py checks both).
-tap_log="$logs/tap.jsonl"
-: > "$tap_log"
-setsid "$py" "$here/tap.py" "$port_tap" "$port_decode" "$tap_log" > "$logs/tap.log" 2>&1 < /dev/null &
-tap_pid=$!
-pgids+=("$tap_pid")
-for _ in $(seq 100); do
-    kill -0 "$tap_pid" 2>/dev/null || { echo "== sglang: tap.py died:" >&2; tail -n 20 "$logs/tap.log" >&2; exit 1; }
-    (echo > "/dev/tcp/127.0.0.1/$port_tap") 2>/dev/null && break
-    sleep 0.1
-done
-# shellcheck disable=SC2086 # PD_ROUTER_ARGS is a list of words on purpose
-setsid "$router_bin" --prefill "http://127.0.0.1:$port_prefill" --decode "http://127.0.0.1:$port_tap" \
-    --row-shape 3x2 --bootstrap-port "$port_boot" --listen "127.0.0.1:$port_router" \
-    ${PD_ROUTER_ARGS:-} > "$logs/router.log" 2>&1 < /dev/null &
-router_pid=$!
-pgids+=("$router_pid")
-for _ in $(seq 100); do
-    kill -0 "$router_pid" 2>/dev/null || { echo "== sglang: the router died:" >&2; tail -n 20 "$logs/router.log" >&2; exit 1; }
-    (echo > "/dev/tcp/127.0.0.1/$port_router") 2>/dev/null && break
-    sleep 0.1
+# The router and the tap were started before the servers; either one that
+# died since is a failure with its log.
+for name in router tap; do
+    pid_var=${name}_pid
+    kill -0 "${!pid_var}" 2>/dev/null || { echo "== sglang: $name died:" >&2; tail -n 20 "$logs/$name.log" >&2; exit 1; }
 done
 
 cat > "$out/ports.env" <<PORTS

@@ -10,7 +10,11 @@ connection it writes JSON lines to LOG: {"conn", "dir": "request",
 (VALUE as JSON: a number, a list, or absent when a request has none: then
 "start" is null, one line per `/generate` request line seen), and
 {"conn", "dir": "answer", "b64": N} for each `"routed_experts":"..."`
-string the decode sends, N its length in base64 characters.
+string the decode sends, N its length in base64 characters; and
+{"conn", "dir": "first_byte", "ms": T} when the first byte of the body of
+the decode's answer to a request arrives, T milliseconds after the tap had
+that request whole: the decode's own time to its first byte, for the very
+request the router sent (drive.py holds the router's to it).
 Standard library only.
 """
 
@@ -68,6 +72,7 @@ def main():
     counter = [0]
 
     async def on_conn(client_r, client_w):
+        loop = asyncio.get_running_loop()
         counter[0] += 1
         conn = counter[0]
         try:
@@ -75,6 +80,10 @@ def main():
         except OSError:
             client_w.close()
             return
+
+        # Where the answer to the last request stands: its head being read,
+        # its body's first byte awaited, or done.
+        answer = {"t_req": None, "phase": None, "head": b""}
 
         def scan_request(s):
             # One request at a time on a connection: its head, then its body.
@@ -99,6 +108,7 @@ def main():
                 body = s.buf[head_end + 4:end]
                 start = START.search(body)
                 log.write(conn=conn, dir="request", start=json.loads(start.group(1)) if start else None)
+                answer.update(t_req=loop.time(), phase="head", head=b"")
                 s.buf = s.buf[end:]
 
         def scan_answer(s):
@@ -112,10 +122,26 @@ def main():
                 log.write(conn=conn, dir="answer", b64=len(m.group(1)))
                 s.buf = s.buf[m.end():]
 
+        def first_byte():
+            log.write(conn=conn, dir="first_byte", ms=round(1000 * (loop.time() - answer["t_req"]), 1))
+            answer["phase"] = None
+
+        def on_answer(data):
+            if answer["phase"] == "head":
+                answer["head"] += data
+                end = answer["head"].find(b"\r\n\r\n")
+                if end >= 0:
+                    answer["phase"] = "body"
+                    if len(answer["head"]) > end + 4:
+                        first_byte()
+            elif answer["phase"] == "body" and data:
+                first_byte()
+            ans.feed(data)
+
         req, ans = Scanner(scan_request), Scanner(scan_answer)
         await asyncio.gather(
             pump(client_r, server_w, req.feed),
-            pump(server_r, client_w, ans.feed),
+            pump(server_r, client_w, on_answer),
         )
 
     async def serve():

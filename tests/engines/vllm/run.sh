@@ -247,6 +247,12 @@ for _ in $(seq 1 50); do
     (exec 3<>"/dev/tcp/127.0.0.1/$P_ROUTER") 2>/dev/null && break
     sleep 0.2
 done
+# Something else may listen there: a port picked before the servers started
+# can be taken by one of theirs, and the router then exits at once (address
+# in use) while the check above reaches the other process. Still alive a
+# second later, it holds the port.
+sleep 1
+kill -0 "${PIDS[3]}" 2>/dev/null || died router "${PIDS[3]}"
 say "router on 127.0.0.1:$P_ROUTER ${PD_ROUTER_ARGS:+(PD_ROUTER_ARGS: $PD_ROUTER_ARGS)}"
 
 URLS=(--colocated "http://127.0.0.1:$P_COLO" --prefill "http://127.0.0.1:$P_PREFILL"
