@@ -10,7 +10,8 @@ use pd_stitch::testing::Knobs;
 use pd_stitch::{Error, ErrorKind, Stitch, Stitcher};
 use proptest::prelude::*;
 
-fn knobs() -> Knobs {
+/// The generated streams' knobs (shared with `stream_late`).
+pub(crate) fn knobs() -> Knobs {
     Knobs {
         prompt: 1..=24,
         completion: 1..=16,

@@ -5,22 +5,12 @@
 //! never comes is an error at `finish`. Generated streams of every framing,
 //! and the real engines' streams.
 
-use crate::stream::{faulted, Faulted};
+use crate::stream::{faulted, knobs, Faulted};
 use pd_stitch::stream::StreamStitcher;
 use pd_stitch::testing::stream::{events, streams, Framing, StreamCase};
-use pd_stitch::testing::Knobs;
 use pd_stitch::{Error, ErrorKind, Stitcher};
 use proptest::prelude::*;
 use serde_json::Value;
-
-fn knobs() -> Knobs {
-    Knobs {
-        prompt: 1..=24,
-        completion: 1..=16,
-        choices: 1..=3,
-        ..Knobs::default()
-    }
-}
 
 /// What a run gave: the bytes out before the prefill was given, all the
 /// bytes out, and how it ended.

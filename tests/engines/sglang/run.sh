@@ -121,27 +121,29 @@ say "starting the example router"
 # once let drive.py's requests reach an SGLang process instead).
 # The router reaches the decode through tap.py, which notes the start the
 # router asks for and the rows the decode answers (drive.py checks both).
+# Waits until NAME (process PID, log $logs/NAME.log) listens on PORT; its
+# log and a failure when it dies first.
+wait_listening() { # name pid port
+    local _
+    for _ in $(seq 100); do
+        kill -0 "$2" 2>/dev/null || { echo "== sglang: $1 died:" >&2; tail -n 20 "$logs/$1.log" >&2; exit 1; }
+        (echo > "/dev/tcp/127.0.0.1/$3") 2>/dev/null && return
+        sleep 0.1
+    done
+}
 tap_log="$logs/tap.jsonl"
 : > "$tap_log"
 setsid "$py" "$here/tap.py" "$port_tap" "$port_decode" "$tap_log" > "$logs/tap.log" 2>&1 < /dev/null &
 tap_pid=$!
 pgids+=("$tap_pid")
-for _ in $(seq 100); do
-    kill -0 "$tap_pid" 2>/dev/null || { echo "== sglang: tap.py died:" >&2; tail -n 20 "$logs/tap.log" >&2; exit 1; }
-    (echo > "/dev/tcp/127.0.0.1/$port_tap") 2>/dev/null && break
-    sleep 0.1
-done
+wait_listening tap "$tap_pid" "$port_tap"
 # shellcheck disable=SC2086 # PD_ROUTER_ARGS is a list of words on purpose
 setsid "$router_bin" --prefill "http://127.0.0.1:$port_prefill" --decode "http://127.0.0.1:$port_tap" \
     --row-shape 3x2 --bootstrap-port "$port_boot" --listen "127.0.0.1:$port_router" \
     ${PD_ROUTER_ARGS:-} > "$logs/router.log" 2>&1 < /dev/null &
 router_pid=$!
 pgids+=("$router_pid")
-for _ in $(seq 100); do
-    kill -0 "$router_pid" 2>/dev/null || { echo "== sglang: the router died:" >&2; tail -n 20 "$logs/router.log" >&2; exit 1; }
-    (echo > "/dev/tcp/127.0.0.1/$port_router") 2>/dev/null && break
-    sleep 0.1
-done
+wait_listening router "$router_pid" "$port_router"
 
 
 say "starting three SGLang servers (logs in $logs)"
