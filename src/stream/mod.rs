@@ -118,11 +118,9 @@ pub struct StreamStitcher {
     prefill: Option<Vec<u8>>,
     /// While the prefill is not given: the bytes of the stream from the
     /// first event that carries rows on, held until it is (read again
-    /// then, from that event's start).
+    /// then, from that event's start). Empty when nothing waits: an event
+    /// is never empty (its blank line's line end is in it).
     held: Vec<u8>,
-    /// Whether `held` is in use: an event that carries rows came before the
-    /// prefill.
-    holding: bool,
     /// The bytes of the event being read (its start not yet complete).
     pending: Vec<u8>,
     /// Where the line-end scan of `pending` stands.
@@ -225,7 +223,6 @@ impl StreamStitcher {
             stitcher,
             prefill: None,
             held: Vec::new(),
-            holding: false,
             pending: Vec::new(),
             scan: Scan::START,
             started: false,
@@ -280,8 +277,7 @@ impl StreamStitcher {
 
     fn give_open(&mut self, prefill: Vec<u8>, out: &mut Vec<u8>) -> Result<(), Error> {
         self.take_prefill(prefill)?;
-        if self.holding {
-            self.holding = false;
+        if !self.held.is_empty() {
             let held = std::mem::take(&mut self.held);
             self.feed_open(&held, out)?;
         }
@@ -422,7 +418,7 @@ impl StreamStitcher {
     }
 
     fn feed_open(&mut self, mut input: &[u8], out: &mut Vec<u8>) -> Result<(), Error> {
-        if self.holding {
+        if !self.held.is_empty() {
             // Everything after a rows event waits with it: nothing is
             // reordered.
             self.held.extend_from_slice(input);
@@ -553,7 +549,6 @@ impl StreamStitcher {
     /// Holds for the prefill an event that carries rows (the start of
     /// it in `event`, its rest and all that follows in `input`).
     fn hold(&mut self, event: &[u8], input: &[u8]) {
-        self.holding = true;
         self.held.clear();
         self.held.extend_from_slice(event);
         self.held.extend_from_slice(input);
