@@ -129,7 +129,6 @@ fn members(obj: &Bound<'_, PyAny>, holder: Holder, depth: usize) -> PyResult<Val
     Ok(Value::Object(out))
 }
 
-
 /// A JSON-like Python value as a `Value`, read as `serde_json` reads the text
 /// `json.dumps` writes for it: an int beyond `i64`/`u64` becomes a float.
 pub(crate) fn to_value(obj: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
@@ -266,7 +265,7 @@ pub(crate) fn merged_dict<'py>(
     for holder in places::object_holders() {
         if let Holder::Member(key) = holder {
             if let Some(value) = merged.get(key) {
-                set_rows(py, &out, holder, key, value)?;
+                set_rows(py, &out, holder, value)?;
             }
         }
     }
@@ -295,7 +294,7 @@ pub(crate) fn merged_dict<'py>(
                 }
                 (Holder::ChoiceMember(key), Holds::Rows(_)) => {
                     if let Some(value) = fields.get(key) {
-                        set_rows(py, &copy, place.holder, key, value)?;
+                        set_rows(py, &copy, place.holder, value)?;
                     }
                 }
                 _ => {}
@@ -307,16 +306,18 @@ pub(crate) fn merged_dict<'py>(
     Ok(out.into_any())
 }
 
-/// Gives `dict[key]`, an object that holds places (`meta_info`, `sglext`,
-/// `sgl_ext`), the merged rows of `merged` at each of them, in a copy of
-/// that object: its other members shared.
+/// Gives `dict[key]`, the object `holder` names (`meta_info`, `sglext`,
+/// `sgl_ext`), the merged rows of `merged` at each of its places, in a copy
+/// of that object: its other members shared.
 fn set_rows<'py>(
     py: Python<'py>,
     dict: &Bound<'py, PyDict>,
     holder: Holder,
-    key: &str,
     merged: &Value,
 ) -> PyResult<()> {
+    let (Holder::Member(key) | Holder::ChoiceMember(key)) = holder else {
+        return Ok(());
+    };
     let Some(old) = dict.get_item(key)? else {
         return Ok(());
     };

@@ -1,12 +1,14 @@
 //! `StreamStitcher`: `pd_stitch::stream` for a Python proxy that relays a
 //! decode's server-sent events.
 
+use std::borrow::Cow;
+
 use pd_stitch::stream::StreamStitcher as Inner;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyString};
+use pyo3::types::{PyBytes, PyString};
 
-use crate::conversion::{body, to_value, Body};
+use crate::conversion::{body, text};
 use crate::errors::stitch_error;
 use crate::merges::stitcher;
 
@@ -162,14 +164,8 @@ impl StreamStitcher {
     }
 }
 
-/// A prefill response's JSON text, from any type a response comes in.
+/// A prefill response's JSON text, from any type a response comes in: a
+/// dict as the merges read one, its skeleton.
 fn prefill_text(prefill: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
-    Ok(match body(prefill, "prefill")? {
-        Body::Text(text) => text.into_owned(),
-        Body::Dict => {
-            let dict = prefill.cast::<PyDict>()?;
-            serde_json::to_vec(&to_value(dict.as_any(), 0)?)
-                .map_err(|e| PyTypeError::new_err(e.to_string()))?
-        }
-    })
+    text(prefill, body(prefill, "prefill")?).map(Cow::into_owned)
 }
