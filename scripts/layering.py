@@ -56,7 +56,7 @@ LAYERS = [
     # strict mode's check, which the by-handle planner holds its planned
     # payload against), inline vLLM/prime-rl rows, SGLang's rows with their
     # position solver; and Stitch, which kinds a merge stitches.
-    ("formats", ["handle.rs", "strict.rs", "inline/", "sglang/", "stitch.rs"]),
+    ("formats", ["format/", "strict.rs", "stitch.rs"]),
     # The one plan of a merge: every kind of rows planned in one validating
     # pass through a View, before anything is written.
     ("plan", ["merge/"]),
@@ -81,8 +81,7 @@ LAYERS = [
             "gather/",
             "compare/",
             "sim/",
-            "sglang/model.rs",
-            "sglang/sim.rs",
+            "sglang.rs",
             "testing.rs",
             "testing/",
             "command/",

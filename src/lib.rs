@@ -140,10 +140,9 @@ mod codec;
 pub mod compare;
 mod error;
 mod fields;
+mod format;
 #[cfg(feature = "verify")]
 pub mod gather;
-mod handle;
-mod inline;
 mod json;
 mod merge;
 // The table of where rows sit: public for the Python binding's skeleton

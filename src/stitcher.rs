@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use crate::error::Error;
 use crate::fields::DEFAULT_FIELDS;
-use crate::handle;
+use crate::format::by_handle as handle;
 use crate::merge::value::merge;
 use crate::merge::{default_spec, Spec};
 use crate::stitch::Stitch;

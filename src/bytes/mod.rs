@@ -316,7 +316,7 @@ fn merge_docs_with<S: AsRef<str>, R>(
 /// Whether the prefill text has rows of `fields` (or inline rows) to stitch.
 pub(crate) fn prefill_has_rows<S: AsRef<str>>(fields: &[S], prefill: &[u8]) -> Result<bool, Error> {
     let doc = scan(Side::Prefill, prefill)?;
-    Ok(crate::handle::prefill_has_rows(
+    Ok(crate::format::by_handle::prefill_has_rows(
         fields,
         ScannedValue::root(&doc),
     ))

@@ -13,7 +13,7 @@ use crate::algebra::{check_layout, Dtype, LayoutProblem, Segment};
 use crate::codec::Form;
 use crate::error::{describe, Location, Side};
 use crate::fields::ROUTED_EXPERTS;
-use crate::inline;
+use crate::format::inline;
 use crate::reading::{FieldTable, Layout};
 use crate::response::item_at;
 
@@ -96,7 +96,7 @@ pub fn check_from(response: &Value, store: &Store) -> CheckReport {
 /// assert!(!check_with(&response, &Store::Dir(".".into()), None).is_ok());
 /// ```
 pub fn check_with(response: &Value, store: &Store, row_shape: Option<(u64, u64)>) -> CheckReport {
-    let items = crate::sglang::items_with_rows(response);
+    let items = crate::format::sglang::items_with_rows(response);
     let mut report = if items.is_empty() || response.get("choices").is_some() {
         check_from(response, store)
     } else {
@@ -114,7 +114,7 @@ pub fn check_with(response: &Value, store: &Store, row_shape: Option<(u64, u64)>
         out.segments = 1;
         out.dtype = Some(Dtype::Int32);
         out.shape = Some(vec![layers, top_k]);
-        match crate::sglang::read_rows(response, item, layers, top_k) {
+        match crate::format::sglang::read_rows(response, item, layers, top_k) {
             Ok(Some(rows)) if rows.positions.is_empty() => {}
             Ok(Some(rows)) => out.coverage = vec![rows.positions],
             Ok(None) => continue,

@@ -8,7 +8,7 @@ use serde_json::Value;
 use crate::algebra::Segment;
 use crate::error::{Location, Side};
 use crate::fields::ROUTED_EXPERTS;
-use crate::inline;
+use crate::format::inline;
 use crate::reading::{read_segments, ByteRequest, FieldTable, ReadError, ReadOptions, Reading};
 use crate::response::item_at;
 

@@ -14,8 +14,8 @@ use crate::algebra::{Dtype, Rows, Segment};
 use crate::codec::{Form, NpyError};
 use crate::error::{describe, Error, Location, Side};
 use crate::fields::ROUTED_EXPERTS;
-use crate::handle::Keys;
-use crate::inline;
+use crate::format::by_handle::Keys;
+use crate::format::inline;
 use crate::json::choice_at;
 use crate::response::item_at;
 
@@ -473,12 +473,13 @@ pub fn gather_sglang(
     layers: u64,
     top_k: u64,
 ) -> Result<Gathered, GatherError> {
-    let rows = crate::sglang::read_rows(response, item, layers, top_k)?.ok_or_else(|| {
-        GatherError::NoRows {
-            choice: item,
-            field: ROUTED_EXPERTS.to_owned(),
-        }
-    })?;
+    let rows =
+        crate::format::sglang::read_rows(response, item, layers, top_k)?.ok_or_else(|| {
+            GatherError::NoRows {
+                choice: item,
+                field: ROUTED_EXPERTS.to_owned(),
+            }
+        })?;
     Ok(Gathered {
         positions: rows.positions,
         dtype: Dtype::Int32,

@@ -407,7 +407,7 @@ fn mixed_unsigned_widths_are_gathered_as_the_widest() {
 /// The base64 of `n` int32 ids.
 fn sglang_ids(n: usize) -> String {
     let bytes: Vec<u8> = (0..n as i32).flat_map(i32::to_le_bytes).collect();
-    crate::inline::encode_base64(&bytes)
+    crate::format::inline::encode_base64(&bytes)
 }
 
 fn generate(prompt: u64, completion: u64, ids: usize) -> Value {

@@ -18,11 +18,11 @@ pub(crate) mod value;
 
 use crate::error::{Error, Location, Side};
 use crate::fields::DEFAULT_FIELDS;
-use crate::inline::anchor::Counts;
+use crate::format::end_anchored::Counts;
+use crate::format::{by_handle as handle, inline, sglang};
 use crate::json::choice_at;
 use crate::stitch::Stitch;
 use crate::view::{describe_view, Kind, View};
-use crate::{handle, inline, sglang};
 
 /// How the free functions merge what `what` names: the default fields, not
 /// strict.

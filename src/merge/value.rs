@@ -9,10 +9,10 @@ use super::{Plan, Spec};
 use crate::codec::text::Text;
 use crate::error::Error;
 use crate::fields::ROUTED_EXPERTS;
-use crate::handle::Fate;
-use crate::inline::{rows_text, Merged};
+use crate::format::by_handle::Fate;
+use crate::format::inline::{rows_text, Merged};
+use crate::format::sglang::{Api, Slot};
 use crate::response::prefill_rows;
-use crate::sglang::{Api, Slot};
 use crate::splice;
 use crate::view::View;
 

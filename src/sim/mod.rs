@@ -33,6 +33,7 @@ mod request;
 mod responses;
 pub(crate) mod rng;
 mod run;
+pub(crate) mod sglang;
 mod summary;
 
 pub use config::{Config, Mode};

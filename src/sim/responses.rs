@@ -6,8 +6,8 @@ use std::io;
 use serde_json::{json, Value};
 
 use crate::fields::{ROUTED_EXPERTS, ROUTED_EXPERT_WEIGHTS};
+use crate::format::inline;
 use crate::gather::Store;
-use crate::inline;
 use crate::reading::{SAMPLING_MASK, SAMPLING_MASK_LOGPROBS};
 
 use super::config::Mode;

@@ -83,7 +83,7 @@ mod tokens;
 
 use crate::bytes::{self, Doc, ScannedValue};
 use crate::error::{Error, Side};
-use crate::inline::anchor;
+use crate::format::end_anchored as anchor;
 use crate::stitch::Stitch;
 use crate::stitcher::Stitcher;
 

@@ -3,7 +3,7 @@
 //! through unstitched.
 
 use crate::bytes::{Doc, ScannedValue};
-use crate::handle::Keys;
+use crate::format::by_handle::Keys;
 use crate::places::{Holder, Holds, RowsKind, PLACES};
 use crate::view::{Kind, View};
 

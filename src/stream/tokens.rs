@@ -2,7 +2,7 @@
 //! vLLM 0.32 `.npy` on the rows event (SPEC section 11, "Counts").
 
 use crate::bytes::ScannedValue;
-use crate::inline::anchor::Counts;
+use crate::format::end_anchored::Counts;
 use crate::view::View;
 
 use super::slots::choice_index;

@@ -26,8 +26,8 @@ use serde_json::Value;
 use super::{Mismatch, Verify};
 use crate::algebra::{Convention, Dtype};
 use crate::gather::{check_rows, RowsCheck, RowsReport};
-pub use crate::sglang::model::{encode_ids, Api, Draw, Shape};
-use crate::sglang::model::{responses_from, SlotPool};
+pub use crate::sim::sglang::model::{encode_ids, Api, Draw, Shape};
+use crate::sim::sglang::model::{responses_from, SlotPool};
 
 /// What [`cases`] generates.
 #[derive(Clone, Debug)]
@@ -206,7 +206,7 @@ impl Verify for Case {
             .unwrap_or(usize::MAX)
             .max(1);
         for (i, draw) in self.draws.iter().enumerate() {
-            let rows = crate::sglang::read_rows(merged, i, layers, top_k)
+            let rows = crate::format::sglang::read_rows(merged, i, layers, top_k)
                 .map_err(|e| fail(i, None, format!("rows cannot be read back: {e}")))?
                 .ok_or_else(|| fail(i, None, format!("no rows in {}", self.slot())))?;
             let (start, end) = (draw.start, draw.end());

@@ -167,7 +167,7 @@ pub(crate) enum Fate {
 pub(crate) fn prefill_has_rows<'a, S: AsRef<str>, V: View<'a>>(fields: &[S], prefill: V) -> bool {
     crate::response::prefill_rows(prefill).is_some()
         || prefill_payload(prefill).any(|item| Keys::stitched(fields, item).is_some())
-        || crate::sglang::prefill_has_rows(prefill)
+        || crate::format::sglang::prefill_has_rows(prefill)
 }
 
 /// The keys of a payload item that the merge reads: `field` looked up alone

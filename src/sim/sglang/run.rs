@@ -20,7 +20,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::model::{mix, responses_from, Api, Draw, Shape, SlotPool};
-use super::{Convention, PositionProblem};
+use crate::algebra::{Convention, PositionProblem};
 use crate::{Error, Stitch, Stitcher};
 
 /// One simulated SGLang request: an API, a row shape, and one draw per
@@ -292,7 +292,8 @@ pub fn run(
 fn count_prompt_rows(decode: &Value, draws: &[Draw], shape: Shape, rows: &mut PromptRows) {
     let width = usize::try_from(shape.width()).unwrap_or(1).max(1);
     for (i, draw) in draws.iter().enumerate() {
-        let Ok(Some(read)) = super::read_rows(decode, i, shape.layers, shape.top_k) else {
+        let Ok(Some(read)) = crate::format::sglang::read_rows(decode, i, shape.layers, shape.top_k)
+        else {
             continue;
         };
         let from = read.positions.start();
@@ -450,7 +451,7 @@ mod tests {
                     let tail = dbytes.get(pbytes.len()..).unwrap_or_default().to_vec();
                     pbytes.extend(tail);
                     *v.pointer_mut(&at).unwrap() =
-                        Value::String(crate::inline::encode_base64(&pbytes));
+                        Value::String(crate::format::inline::encode_base64(&pbytes));
                 }
             }
             *d = serde_json::to_vec(&v).unwrap();

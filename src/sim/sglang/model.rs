@@ -5,10 +5,10 @@
 
 use serde_json::{json, Value};
 
-use super::Convention;
-use crate::inline::encode_base64;
+use crate::algebra::Convention;
+use crate::format::inline::encode_base64;
 
-pub use super::Api;
+pub use crate::format::sglang::Api;
 
 /// The rows' geometry and the expert ids they draw from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

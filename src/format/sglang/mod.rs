@@ -10,16 +10,10 @@
 //! `Text` (the prefill's bytes, then the decode's from the cut), which the
 //! adapters write over the decode's rows string, as they write inline rows.
 
-#[cfg(feature = "verify")]
-pub mod model;
-#[cfg(feature = "verify")]
-pub mod sim;
 pub(crate) mod solve;
 
 use std::borrow::Cow;
 
-#[cfg(feature = "verify")]
-pub(crate) use crate::algebra::Convention;
 pub(crate) use crate::algebra::PositionProblem;
 
 use crate::algebra::Rows;

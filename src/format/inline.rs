@@ -19,8 +19,6 @@
 //! (see `text`). The adapters write that text over the decode's own rows
 //! text, in place where the lengths allow (`Text::edit`).
 
-pub(crate) mod anchor;
-
 use std::borrow::Cow;
 
 use crate::algebra::{Dtype, Segment};
@@ -33,7 +31,7 @@ use crate::json;
 use crate::response::{prefill_choice, prefill_rows, rows_at};
 use crate::view::{describe_view, Kind, View};
 
-use anchor::Counts;
+use super::end_anchored::{self as anchor, Counts};
 
 /// The prefill's inline rows, validated.
 pub(crate) struct PrefillRows<'p> {
