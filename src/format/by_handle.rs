@@ -19,6 +19,9 @@ use crate::response::{item_at, prefill_payload};
 use crate::strict::{Origin, Planned};
 use crate::view::{describe_view, Kind, View};
 
+/// The key of a choice's segment list: the one place rows by handle sit.
+pub(crate) const PAYLOAD: &str = "payload";
+
 /// The prefill's side of the by-handle merge: its stitched segments (copied
 /// into every decode choice as they are) and their cuts.
 pub(crate) struct PrefillSegments<V> {
@@ -88,7 +91,7 @@ impl<'p, V: View<'p>> PrefillSegments<V> {
         i: usize,
         mut strict: Option<&mut Planned>,
     ) -> Result<PayloadPlan, Error> {
-        let payload = choice.get("payload");
+        let payload = choice.get(PAYLOAD);
         let fates = match payload.map(View::kind) {
             None | Some(Kind::Null) => Vec::new(),
             Some(Kind::Array) => {
@@ -113,7 +116,7 @@ impl<'p, V: View<'p>> PrefillSegments<V> {
             }
             Some(_) => {
                 return Err(Error::Structure {
-                    at: choice_at(Side::Decode, i).key("payload"),
+                    at: choice_at(Side::Decode, i).key(PAYLOAD),
                     expected: "an array or null",
                     got: describe_view(payload),
                 })
@@ -324,7 +327,7 @@ pub(crate) fn first_orphan<'d, S: AsRef<str>, D: View<'d>>(
     decode: D,
 ) -> Option<Error> {
     for (i, choice) in decode.get("choices")?.elements()?.enumerate() {
-        let Some(items) = choice.get("payload").and_then(View::elements) else {
+        let Some(items) = choice.get(PAYLOAD).and_then(View::elements) else {
             continue;
         };
         for (j, item) in items.enumerate() {

@@ -25,6 +25,13 @@ use crate::json;
 use crate::view::{Kind, View};
 use solve::{Facts, Fault, Value as Which};
 
+/// The object of a `/generate` output that holds its rows and their counts.
+pub(crate) const META_INFO: &str = "meta_info";
+/// The response-level extension of SGLang's OpenAI answers.
+pub(crate) const SGLEXT: &str = "sglext";
+/// The choice-level extension of older builds' OpenAI answers.
+pub(crate) const SGL_EXT: &str = "sgl_ext";
+
 /// `[0, 0)`, for intervals whose ends were checked (never used).
 const NO_ROWS: Rows = match Rows::new(0, 0) {
     Some(rows) => rows,
@@ -54,8 +61,8 @@ impl Api {
     pub fn name(self) -> &'static str {
         match self {
             Api::Generate => "generate",
-            Api::ResponseExt => "sglext",
-            Api::ChoiceExt => "sgl_ext",
+            Api::ResponseExt => SGLEXT,
+            Api::ChoiceExt => SGL_EXT,
         }
     }
 }
@@ -82,12 +89,12 @@ impl Slot {
     pub(crate) fn rows<'a, V: View<'a>>(self, response: V) -> Option<V> {
         let item = self.item_of(response)?;
         match self.api {
-            Api::Generate => item.get("meta_info")?.get(ROUTED_EXPERTS),
-            Api::ResponseExt => item.get("sglext")?.get(ROUTED_EXPERTS),
+            Api::Generate => item.get(META_INFO)?.get(ROUTED_EXPERTS),
+            Api::ResponseExt => item.get(SGLEXT)?.get(ROUTED_EXPERTS),
             Api::ChoiceExt => item
                 .get("choices")?
                 .index(0)?
-                .get("sgl_ext")?
+                .get(SGL_EXT)?
                 .get(ROUTED_EXPERTS),
         }
     }
@@ -101,7 +108,7 @@ impl Slot {
     fn counts<'a, V: View<'a>>(self, response: V) -> Option<V> {
         let item = self.item_of(response)?;
         match self.api {
-            Api::Generate => item.get("meta_info"),
+            Api::Generate => item.get(META_INFO),
             Api::ResponseExt | Api::ChoiceExt => item.get("usage"),
         }
     }
@@ -117,9 +124,9 @@ impl Slot {
     pub(crate) fn rows_at(self, side: Side) -> Location {
         let item = self.item_at(side);
         match self.api {
-            Api::Generate => item.key("meta_info"),
-            Api::ResponseExt => item.key("sglext"),
-            Api::ChoiceExt => item.key("choices").index(0).key("sgl_ext"),
+            Api::Generate => item.key(META_INFO),
+            Api::ResponseExt => item.key(SGLEXT),
+            Api::ChoiceExt => item.key("choices").index(0).key(SGL_EXT),
         }
         .key(ROUTED_EXPERTS)
     }
@@ -128,7 +135,7 @@ impl Slot {
     fn count_at(self, side: Side, key: &str) -> Location {
         let item = self.item_at(side);
         match self.api {
-            Api::Generate => item.key("meta_info"),
+            Api::Generate => item.key(META_INFO),
             Api::ResponseExt | Api::ChoiceExt => item.key("usage"),
         }
         .key(key)
