@@ -14,8 +14,11 @@
 //!
 //! Arguments: what (`value`: `merge_routed_payload_in_json` on a
 //! `serde_json::Value`; `bytes`: `bytes::merge_routed_experts_for_pd` on the
-//! decode's bytes; `parse`: one `serde_json::from_slice` of the decode;
-//! `memcpy`: one copy of the decode's bytes), choices, segments, N. Only the
+//! decode's bytes; `inline` and `npy`: the same on an inline pair, compact
+//! or `.npy`, whose second argument is the choices and third the decode's
+//! positions (uint8 rows, the prefill half as long); `parse`: one
+//! `serde_json::from_slice` of the decode; `memcpy`: one copy of the
+//! decode's bytes), choices, segments, N. Only the
 //! functions named `timed_*` are meant to be counted (`--toggle-collect`):
 //! the clones and the drops are not.
 //!
@@ -114,7 +117,11 @@ fn main() {
     let what = args.get(1).map_or("value", String::as_str);
     let arg = |i: usize, default: u64| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(default);
     let (choices, segments, n) = (arg(2, 8) as usize, arg(3, 32), arg(4, 100) as usize);
-    let (prefill, mut decode) = common::by_handle(choices, segments);
+    let (prefill, mut decode) = match what {
+        "inline" => common::compact(segments as usize, 1, 1, choices),
+        "npy" => common::npy(segments as usize, 1, 1, choices),
+        _ => common::by_handle(choices, segments),
+    };
     if std::env::var_os("LONG_TEXT").is_some() {
         // Each choice with a completion's text of 4,096 characters (what a
         // text completion carries beside its token ids), one in eight
@@ -143,7 +150,7 @@ fn main() {
             }
             black_box(&clones);
         }
-        "bytes" => {
+        "bytes" | "inline" | "npy" => {
             let mut clones: Vec<Vec<u8>> = (0..n).map(|_| d.clone()).collect();
             for clone in &mut clones {
                 ok += usize::from(timed_bytes(&p, clone));
@@ -183,7 +190,9 @@ fn main() {
             return;
         }
         other => {
-            eprintln!("unknown: {other} (value, bytes, parse, memcpy, ratio, value_time)");
+            eprintln!(
+                "unknown: {other} (value, bytes, inline, npy, parse, memcpy, ratio, value_time)"
+            );
             std::process::exit(2);
         }
     }

@@ -6,6 +6,8 @@
 #   scripts/callgrind_merge.sh [what] [choices] [segments] [N]
 #   scripts/callgrind_merge.sh value 8 32 100     # the Value by-handle merge
 #   scripts/callgrind_merge.sh bytes 8 32 100     # the bytes path
+#   scripts/callgrind_merge.sh inline 8 4096 20   # an inline compact bytes merge
+#   scripts/callgrind_merge.sh npy 8 4096 20      # an inline .npy bytes merge
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-value}" choices="${2:-8}" segments="${3:-32}" n="${4:-100}"

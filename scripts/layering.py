@@ -51,7 +51,7 @@ LAYERS = [
     # A response as the formats read it: the View either representation
     # offers, typed values with their locations, where the stitched values
     # sit, the field names, and the table of where rows sit (places.rs).
-    ("view", ["fields.rs", "places.rs", "view.rs", "json.rs", "response.rs"]),
+    ("view", ["fields.rs", "places.rs", "view.rs", "json.rs", "response.rs", "patch.rs"]),
     # The kinds of rows, each read, checked and planned: by handle (with
     # strict mode's check, which the by-handle planner holds its planned
     # payload against), inline vLLM/prime-rl rows, SGLang's rows with their

@@ -145,6 +145,7 @@ mod format;
 pub mod gather;
 mod json;
 mod merge;
+mod patch;
 // The table of where rows sit: public for the Python binding's skeleton
 // and the test that walks it, not part of the stable API.
 #[doc(hidden)]

@@ -1,6 +1,8 @@
 //! [`Stitch`]: which kinds of rows a merge stitches. It sits below the plan,
 //! which reads it, and the entry points, which take it.
 
+use crate::places::RowsKind;
+
 /// Which rows a merge stitches: those of the entry point of the same name.
 /// The argument of [`Stitcher::merge`](crate::Stitcher::merge),
 /// [`Stitcher::merge_bytes`](crate::Stitcher::merge_bytes) and
@@ -20,6 +22,15 @@ pub enum Stitch {
 }
 
 impl Stitch {
+    /// Whether rows of `kind` are stitched.
+    pub(crate) fn stitches(self, kind: RowsKind) -> bool {
+        match kind {
+            RowsKind::Inline => self.inline(),
+            RowsKind::ByHandle => self.by_handle(),
+            RowsKind::Sglang => self.sglang(),
+        }
+    }
+
     /// Whether inline rows are stitched.
     pub(crate) fn inline(self) -> bool {
         matches!(self, Stitch::ForPd | Stitch::Inline)

@@ -5,7 +5,6 @@ use serde_json::Value;
 
 use crate::error::Error;
 use crate::fields::DEFAULT_FIELDS;
-use crate::format::by_handle as handle;
 use crate::merge::value::merge;
 use crate::merge::{default_spec, Spec};
 use crate::stitch::Stitch;
@@ -287,7 +286,7 @@ impl Stitcher {
     /// Whether `prefill.choices[0]` has rows to stitch: a non-null inline
     /// `routed_experts`, or a payload segment of one of this stitcher's fields.
     pub fn prefill_has_routed_experts(&self, prefill: &Value) -> bool {
-        handle::prefill_has_rows(&self.fields, prefill)
+        crate::merge::prefill_has_rows(&self.fields, prefill)
     }
 }
 
@@ -541,7 +540,7 @@ pub fn merge_routed_experts_for_pd(prefill: &Value, decode: &mut Value) -> Resul
 /// assert!(prefill_has_routed_experts(&json!({"choices": [{"payload": [{"field": "routed_expert_weights"}]}]})));
 /// ```
 pub fn prefill_has_routed_experts(prefill: &Value) -> bool {
-    handle::prefill_has_rows(DEFAULT_FIELDS, prefill)
+    crate::merge::prefill_has_rows(DEFAULT_FIELDS, prefill)
 }
 
 #[cfg(test)]

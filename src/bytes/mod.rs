@@ -201,7 +201,7 @@ pub(crate) fn merge<S: AsRef<str>, B: Buffer + ?Sized>(
         let plan = merge::plan(spec, ScannedValue::root(&prefill), ScannedValue::root(&doc))?;
         match plan {
             None => return Ok(false),
-            Some(plan) => write::edits(plan, ScannedValue::root(&prefill), &doc),
+            Some(patches) => write::edits(patches, &doc),
         }
     };
     buffer::apply(decode, &edits)?;
@@ -304,7 +304,7 @@ fn merge_docs_with<S: AsRef<str>, R>(
     else {
         return Ok(None);
     };
-    let edits = write::edits(plan, ScannedValue::root(prefill), doc);
+    let edits = write::edits(plan, doc);
     let decode = doc.text();
     Ok(Some(write(Stitched {
         decode,
@@ -316,10 +316,7 @@ fn merge_docs_with<S: AsRef<str>, R>(
 /// Whether the prefill text has rows of `fields` (or inline rows) to stitch.
 pub(crate) fn prefill_has_rows<S: AsRef<str>>(fields: &[S], prefill: &[u8]) -> Result<bool, Error> {
     let doc = scan(Side::Prefill, prefill)?;
-    Ok(crate::format::by_handle::prefill_has_rows(
-        fields,
-        ScannedValue::root(&doc),
-    ))
+    Ok(merge::prefill_has_rows(fields, ScannedValue::root(&doc)))
 }
 
 #[cfg(test)]

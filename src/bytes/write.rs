@@ -1,110 +1,115 @@
-//! The bytes adapter's writing half: a [`Plan`] becomes a list of [`Edit`]s
-//! of the decode's text, which [`apply`](crate::splice::apply) makes in one
-//! pass over the buffer.
+//! The bytes adapter's writing half: a plan's [`Patch`]es become a list of
+//! [`Edit`]s of the decode's text, which [`apply`](crate::splice::apply)
+//! makes in one pass over the buffer. It knows no kind of rows.
 //!
-//! Only the stitched values change: a choice's `payload` array is written
-//! anew (the prefill's segments as their text, then the decode's own items as
-//! their text, a clipped one with only its `pos`, `rows` and `offset` numbers
-//! rewritten), and a choice's `routed_experts` gets its merged rows (for a
-//! compact object, only its `data`, `shape`, `start` and `dtype` values).
-//! Every other byte of the decode stays as it was.
+//! Only the patched values change: a rows string gets its merged text (in
+//! place where the text allows), a set member only its value, and a rebuilt
+//! array is written anew from the prefill's values as their text and the
+//! decode's own elements as their text, a rewritten one with only its
+//! numbers changed. Every other byte of the decode stays as it was.
 
-use std::borrow::Cow;
 use std::ops::Range;
 
 use super::scan::Doc;
 use super::view::ScannedValue;
-use crate::codec::text::Text;
-use crate::fields::ROUTED_EXPERTS;
-use crate::format::by_handle::Fate;
-use crate::format::inline::{rows_text, Merged};
-use crate::merge::Plan;
-use crate::response::prefill_rows;
+use crate::patch::{Hop, Item, Patch, Scalar};
 use crate::splice::Edit;
 use crate::view::{Kind, View};
 
-/// The edits that write `plan` into the decode `doc` it was made from.
-pub(crate) fn edits<'p>(
-    plan: Plan<ScannedValue<'p>>,
-    prefill: ScannedValue<'p>,
-    doc: &Doc<'_>,
-) -> Vec<Edit<'p>> {
-    let mut edits = Vec::new();
-    for merged in &plan.sglang {
-        let prefill_text = merged.slot.rows(prefill).and_then(View::as_bytes);
-        if let Some(node) = merged.slot.rows(ScannedValue::root(doc)) {
-            edits.push(text_edit(&merged.text, prefill_text.as_ref(), node));
-        }
-    }
-    let prefill_text = prefill_rows(prefill).and_then(rows_text);
-    let choices = ScannedValue::root(doc)
-        .get("choices")
-        .and_then(View::elements)
-        .into_iter()
-        .flatten();
-    for (choice, planned) in choices.zip(plan.choices) {
-        if let Some(merged) = planned.inline {
-            inline_edits(merged, prefill_text.as_ref(), choice, &mut edits);
-        }
-        if let (Some(prefill), Some(fates)) = (&plan.by_handle, planned.by_handle) {
-            edits.push(payload_edit(&prefill.prefix, &fates.fates, choice));
+/// The edits that write `patches` into the decode `doc` they were planned
+/// from, in text order.
+pub(crate) fn edits<'p>(patches: Vec<Patch<ScannedValue<'p>>>, doc: &Doc<'_>) -> Vec<Edit<'p>> {
+    let root = ScannedValue::root(doc);
+    let mut edits = Vec::with_capacity(patches.len());
+    for patch in patches {
+        match patch {
+            Patch::Text { at, text, prefill } => {
+                if let Some(node) = at.find(root) {
+                    edits.push(text_edit(&text, prefill, node));
+                }
+            }
+            Patch::Members { at, members } => {
+                if let Some(object) = at.find(root) {
+                    for (key, value) in members {
+                        edits.push(member_edit(object, key, &render(&value)));
+                    }
+                }
+            }
+            Patch::Array { at, prefix, items } => {
+                let Some((holder, Hop::Key(key))) = at.split_last() else {
+                    continue;
+                };
+                if let Some(object) = holder.find(root) {
+                    let text = array_text(object.get(key), &prefix, &items);
+                    edits.push(member_edit(object, key, &text));
+                }
+            }
         }
     }
     edits.sort_by_key(|edit| (edit.range.start, edit.range.end));
     edits
 }
 
-/// The edit that gives `choice` its merged payload.
-fn payload_edit<'p>(
+/// The JSON text of `value`.
+fn render(value: &Scalar) -> Vec<u8> {
+    match value {
+        Scalar::Int(n) => n.to_string().into_bytes(),
+        Scalar::Ints([a, b, c]) => format!("[{a},{b},{c}]").into_bytes(),
+        Scalar::Name(name) => format!("\"{name}\"").into_bytes(),
+    }
+}
+
+/// The edit that sets `object[key]` to the JSON `text`: over its value when
+/// it has one, else as its new last member.
+fn member_edit<'p>(object: ScannedValue<'_>, key: &str, text: &[u8]) -> Edit<'p> {
+    if let Some(value) = object.get(key) {
+        return Edit::new(value.span(), text.to_vec());
+    }
+    let mut member = Vec::with_capacity(text.len() + key.len() + 4);
+    if object.entries().is_some_and(|mut e| e.next().is_some()) {
+        member.push(b',');
+    }
+    member.push(b'"');
+    member.extend_from_slice(key.as_bytes());
+    member.extend_from_slice(b"\":");
+    member.extend_from_slice(text);
+    let end = object.span().end.saturating_sub(1);
+    Edit::new(end..end, member)
+}
+
+/// The text of a rebuilt array: `prefix`, then the elements of `old` (when
+/// it is an array) as `items` says.
+fn array_text(
+    old: Option<ScannedValue<'_>>,
     prefix: &[ScannedValue<'_>],
-    fates: &[Fate],
-    choice: ScannedValue<'_>,
-) -> Edit<'p> {
-    let items = choice.get("payload").filter(|p| p.kind() == Kind::Array);
+    items: &[Item],
+) -> Vec<u8> {
     let mut text = Vec::new();
     text.push(b'[');
-    for segment in prefix {
+    for value in prefix {
         separate(&mut text);
-        text.extend_from_slice(segment.text());
+        text.extend_from_slice(value.text());
     }
-    for (item, fate) in items
+    let elements = old
+        .filter(|old| old.kind() == Kind::Array)
         .and_then(View::elements)
         .into_iter()
-        .flatten()
-        .zip(fates)
-    {
-        match *fate {
-            Fate::Keep => {
+        .flatten();
+    for (element, item) in elements.zip(items) {
+        match *item {
+            Item::Keep => {
                 separate(&mut text);
-                text.extend_from_slice(item.text());
+                text.extend_from_slice(element.text());
             }
-            Fate::Drop => {}
-            Fate::Clip { pos, rows, offset } => {
+            Item::Drop => {}
+            Item::Set(numbers) => {
                 separate(&mut text);
-                clipped(
-                    item,
-                    [("pos", pos), ("rows", rows), ("offset", offset)],
-                    &mut text,
-                );
+                with_numbers(element, numbers, &mut text);
             }
         }
     }
     text.push(b']');
-    match choice.get("payload") {
-        // An array or null: replaced.
-        Some(payload) => Edit::new(payload.span(), text),
-        // Missing: added as the choice's last member.
-        None => {
-            let mut member = Vec::with_capacity(text.len() + 12);
-            if choice.entries().is_some_and(|mut e| e.next().is_some()) {
-                member.push(b',');
-            }
-            member.extend_from_slice(b"\"payload\":");
-            member.extend_from_slice(&text);
-            let end = choice.span().end.saturating_sub(1);
-            Edit::new(end..end, member)
-        }
-    }
+    text
 }
 
 /// A comma before every element but the first of the array being written.
@@ -114,16 +119,16 @@ fn separate(text: &mut Vec<u8>) {
     }
 }
 
-/// Appends the text of the segment `item` with the values of `numbers`
+/// Appends the text of the object `element` with the values of `numbers`
 /// rewritten (their last occurrence, the one a JSON reader keeps).
-fn clipped(item: ScannedValue<'_>, numbers: [(&str, u64); 3], out: &mut Vec<u8>) {
-    let base = item.span().start;
+fn with_numbers(element: ScannedValue<'_>, numbers: [(&str, u64); 3], out: &mut Vec<u8>) {
+    let base = element.span().start;
     let mut spans: Vec<(Range<usize>, u64)> = numbers
         .iter()
-        .filter_map(|&(key, value)| Some((item.get(key)?.span(), value)))
+        .filter_map(|&(key, value)| Some((element.get(key)?.span(), value)))
         .collect();
     spans.sort_by_key(|(span, _)| span.start);
-    let text = item.text();
+    let text = element.text();
     let mut at = 0;
     for (span, value) in spans {
         let (start, end) = (span.start - base, span.end - base);
@@ -134,61 +139,19 @@ fn clipped(item: ScannedValue<'_>, numbers: [(&str, u64); 3], out: &mut Vec<u8>)
     out.extend_from_slice(text.get(at..).unwrap_or_default());
 }
 
-/// The edits that give `choice` its merged inline rows. `prefill_text` is
-/// the prefill's rows text, the `PREFILL` source of the merged texts.
-fn inline_edits<'p>(
-    merged: Merged,
-    prefill_text: Option<&Cow<'p, [u8]>>,
-    choice: ScannedValue<'_>,
-    edits: &mut Vec<Edit<'p>>,
-) {
-    let Some(rows) = choice.get(ROUTED_EXPERTS) else {
-        return;
-    };
-    match merged {
-        Merged::Npy(text) => edits.push(text_edit(&text, prefill_text, rows)),
-        Merged::Compact {
-            data,
-            shape,
-            start,
-            dtype,
-        } => {
-            if let Some(node) = rows.get("data") {
-                edits.push(text_edit(&data, prefill_text, node));
-            }
-            if let Some(node) = rows.get("shape") {
-                let [seq, layers, topk] = shape;
-                let text = format!("[{seq},{layers},{topk}]");
-                edits.push(Edit::new(node.span(), text.into_bytes()));
-            }
-            if let Some(node) = rows.get("start") {
-                edits.push(Edit::new(node.span(), start.to_string().into_bytes()));
-            }
-            let name = format!("\"{}\"", dtype.name()).into_bytes();
-            match rows.get("dtype") {
-                Some(node) => edits.push(Edit::new(node.span(), name)),
-                None => {
-                    // `data` is there, so the object has members.
-                    let end = rows.span().end.saturating_sub(1);
-                    let mut member = b",\"dtype\":".to_vec();
-                    member.extend_from_slice(&name);
-                    edits.push(Edit::new(end..end, member));
-                }
-            }
-        }
-    }
-}
-
 /// The edit that writes the merged rows `text` over the decode's rows text,
 /// the string `node`: in place where the text allows (see [`Text::edit`]).
+/// Its runs of the prefill's rows text read the string `prefill`.
 fn text_edit<'p>(
-    text: &Text,
-    prefill_text: Option<&Cow<'p, [u8]>>,
+    text: &crate::codec::text::Text,
+    prefill: Option<ScannedValue<'p>>,
     node: ScannedValue<'_>,
 ) -> Edit<'p> {
+    let prefill_text = prefill.and_then(View::as_bytes);
     let decode_text = node.as_bytes().unwrap_or_default();
     let span = node.span();
     // The buffer holds the text itself when it has no escapes.
-    let verbatim_at = matches!(decode_text, Cow::Borrowed(_)).then_some(span.start + 1);
-    text.edit(prefill_text, &decode_text, verbatim_at, span, true)
+    let verbatim_at =
+        matches!(decode_text, std::borrow::Cow::Borrowed(_)).then_some(span.start + 1);
+    text.edit(prefill_text.as_ref(), &decode_text, verbatim_at, span, true)
 }

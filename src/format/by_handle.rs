@@ -19,6 +19,10 @@ use crate::response::{item_at, prefill_payload};
 use crate::strict::{Origin, Planned};
 use crate::view::{describe_view, Kind, View};
 
+use super::{Format, Level, Spec};
+use crate::patch::{Item, Patch, Path};
+use crate::places::RowsKind;
+
 /// The key of a choice's segment list: the one place rows by handle sit.
 pub(crate) const PAYLOAD: &str = "payload";
 
@@ -26,17 +30,74 @@ pub(crate) const PAYLOAD: &str = "payload";
 /// into every decode choice as they are) and their cuts.
 pub(crate) struct PrefillSegments<V> {
     /// The prefill's stitched segments, in payload order.
-    pub(crate) prefix: Vec<V>,
+    prefix: Vec<V>,
     /// The payload index of each segment of `prefix` (for strict mode's
     /// errors).
     prefix_index: Vec<usize>,
     cuts: Cuts,
+    /// Strict mode's record of the merged payload being planned, from
+    /// [`Format::prepare`] on.
+    strict: Option<Planned>,
+}
+
+/// Rows by handle, as a [`Format`].
+pub(crate) struct ByHandle;
+
+impl Format for ByHandle {
+    const KIND: RowsKind = RowsKind::ByHandle;
+    const LEVEL: Level = Level::Choice;
+    type Prefill<'p, P: View<'p>> = PrefillSegments<P>;
+
+    fn read<'p, S: AsRef<str>, P: View<'p>>(
+        spec: &Spec<'_, S>,
+        prefill: P,
+    ) -> Result<Option<PrefillSegments<P>>, Error> {
+        PrefillSegments::read(spec.fields, prefill)
+    }
+
+    fn first_orphan<'d, S: AsRef<str>, D: View<'d>>(
+        spec: &Spec<'_, S>,
+        decode: D,
+    ) -> Option<Error> {
+        first_orphan(spec.fields, decode)
+    }
+
+    fn has_rows<'a, S: AsRef<str>, V: View<'a>>(fields: &[S], prefill: V) -> bool {
+        prefill_payload(prefill).any(|item| Keys::stitched(fields, item).is_some())
+    }
+
+    fn prepare<'p, S: AsRef<str>, P: View<'p>>(
+        prefill: &mut PrefillSegments<P>,
+        spec: &Spec<'_, S>,
+    ) -> Result<(), Error> {
+        if spec.strict {
+            prefill.strict = Some(prefill.planned_prefix(spec.fields)?);
+        }
+        Ok(())
+    }
+
+    fn plan_choice<'p, 'd, S: AsRef<str>, P: View<'p>, D: View<'d>>(
+        prefill: &mut PrefillSegments<P>,
+        spec: &Spec<'_, S>,
+        _: D,
+        choice: D,
+        i: usize,
+        out: &mut Vec<Patch<P>>,
+    ) -> Result<(), Error> {
+        let items = prefill.plan(spec.fields, choice, i)?;
+        out.push(Patch::Array {
+            at: Path::ROOT.key("choices").index(i).key(PAYLOAD),
+            prefix: prefill.prefix.clone(),
+            items,
+        });
+        Ok(())
+    }
 }
 
 impl<'p, V: View<'p>> PrefillSegments<V> {
     /// Reads and validates the prefill's stitched segments; `None` when it has
     /// none.
-    pub(crate) fn read<S: AsRef<str>>(fields: &[S], prefill: V) -> Result<Option<Self>, Error> {
+    fn read<S: AsRef<str>>(fields: &[S], prefill: V) -> Result<Option<Self>, Error> {
         let mut prefix = Vec::new();
         let mut prefix_index = Vec::new();
         let mut cuts = Cuts::default();
@@ -56,12 +117,13 @@ impl<'p, V: View<'p>> PrefillSegments<V> {
             prefix,
             prefix_index,
             cuts,
+            strict: None,
         }))
     }
 
     /// Strict mode's record of the prefill's stitched segments, the start of
     /// every choice's merged payload; read once per merge.
-    pub(crate) fn planned_prefix<S: AsRef<str>>(&self, fields: &[S]) -> Result<Planned, Error> {
+    fn planned_prefix<S: AsRef<str>>(&self, fields: &[S]) -> Result<Planned, Error> {
         let mut planned = Planned::default();
         for (index, (&item, &j)) in self.prefix.iter().zip(&self.prefix_index).enumerate() {
             if let Some((f, keys)) = stitched_index(fields, item) {
@@ -80,17 +142,17 @@ impl<'p, V: View<'p>> PrefillSegments<V> {
         Ok(planned)
     }
 
-    /// Validates decode choice `i` (an object) and decides the fate of each
-    /// of its payload items, writing nothing. With `strict` (the prefill's
+    /// Validates decode choice `i` (an object) and decides what becomes of
+    /// each of its payload items, writing nothing. In strict mode (a
     /// [`Planned`] prefix), the choice's merged layout is also held against
     /// the layout rule.
-    pub(crate) fn plan<'d, S: AsRef<str>, D: View<'d>>(
-        &self,
+    fn plan<'d, S: AsRef<str>, D: View<'d>>(
+        &mut self,
         fields: &[S],
         choice: D,
         i: usize,
-        mut strict: Option<&mut Planned>,
-    ) -> Result<PayloadPlan, Error> {
+    ) -> Result<Vec<Item>, Error> {
+        let mut strict = self.strict.as_mut();
         let payload = choice.get(PAYLOAD);
         let fates = match payload.map(View::kind) {
             None | Some(Kind::Null) => Vec::new(),
@@ -109,7 +171,7 @@ impl<'p, V: View<'p>> PrefillSegments<V> {
                         || item_at(Side::Decode, i, j),
                         record,
                     )?;
-                    index += usize::from(!matches!(fate, Fate::Drop));
+                    index += usize::from(fate != Item::Drop);
                     fates.push(fate);
                 }
                 fates
@@ -127,7 +189,7 @@ impl<'p, V: View<'p>> PrefillSegments<V> {
             planned.reset();
             checked?;
         }
-        Ok(PayloadPlan { fates })
+        Ok(fates)
     }
 }
 
@@ -146,31 +208,6 @@ fn stitched_index<'v, S: AsRef<str>, V: View<'v>>(
     let field = item.get("field")?.as_str()?;
     let f = position(&field)?;
     Some((f, Keys::with_field(item, field)))
-}
-
-/// The fate of each payload item of one decode choice, in order.
-pub(crate) struct PayloadPlan {
-    pub(crate) fates: Vec<Fate>,
-}
-
-/// What the merge does with one item of a decode payload.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Fate {
-    /// Pass it through as it is: a non-stitched item, or a stitched segment
-    /// that starts at or after its cut.
-    Keep,
-    /// Leave it out: a stitched segment that ends at or before its cut.
-    Drop,
-    /// Rewrite its `pos`, `rows` and `offset` to these.
-    Clip { pos: u64, rows: u64, offset: u64 },
-}
-
-/// Whether `prefill.choices[0]` carries rows to stitch: a non-null inline
-/// `routed_experts`, or a payload segment of one of `fields`.
-pub(crate) fn prefill_has_rows<'a, S: AsRef<str>, V: View<'a>>(fields: &[S], prefill: V) -> bool {
-    crate::response::prefill_rows(prefill).is_some()
-        || prefill_payload(prefill).any(|item| Keys::stitched(fields, item).is_some())
-        || crate::format::sglang::prefill_has_rows(prefill)
 }
 
 /// The keys of a payload item that the merge reads: `field` looked up alone
@@ -322,10 +359,7 @@ impl<'v, V: View<'v>> Keys<'v, V> {
 /// The first error a decode stitched segment causes when the prefill has none:
 /// its own validation error, or else [`Error::MissingPrefillField`]. With
 /// nothing to merge, the decode's structure is not held against it.
-pub(crate) fn first_orphan<'d, S: AsRef<str>, D: View<'d>>(
-    fields: &[S],
-    decode: D,
-) -> Option<Error> {
+fn first_orphan<'d, S: AsRef<str>, D: View<'d>>(fields: &[S], decode: D) -> Option<Error> {
     for (i, choice) in decode.get("choices")?.elements()?.enumerate() {
         let Some(items) = choice.get(PAYLOAD).and_then(View::elements) else {
             continue;
@@ -355,9 +389,9 @@ fn fate<'d, S: AsRef<str>, D: View<'d>>(
     item: D,
     at: impl Fn() -> Location,
     record: Option<(&mut Planned, usize, usize)>,
-) -> Result<Fate, Error> {
+) -> Result<Item, Error> {
     let Some((f, keys)) = stitched_index(fields, item) else {
-        return Ok(Fate::Keep);
+        return Ok(Item::Keep);
     };
     let (extent, dtype, shape) = keys.parts(&at)?;
     let kept =
@@ -378,12 +412,13 @@ fn fate<'d, S: AsRef<str>, D: View<'d>>(
         );
     }
     Ok(match kept {
-        None => Fate::Drop,
-        Some(kept) if kept.pos() == extent.pos() => Fate::Keep,
-        Some(kept) => Fate::Clip {
-            pos: kept.pos(),
-            rows: kept.rows(),
-            offset: kept.offset(),
-        },
+        None => Item::Drop,
+        Some(kept) if kept.pos() == extent.pos() => Item::Keep,
+        // Clipped: its first rows are the prefill's.
+        Some(kept) => Item::Set([
+            ("pos", kept.pos()),
+            ("rows", kept.rows()),
+            ("offset", kept.offset()),
+        ]),
     })
 }

@@ -32,16 +32,92 @@ use crate::response::{prefill_choice, prefill_rows, rows_at};
 use crate::view::{describe_view, Kind, View};
 
 use super::end_anchored::{self as anchor, Counts};
+use super::{Format, Level, Spec};
+use crate::patch::{Patch, Path, Scalar};
+use crate::places::RowsKind;
 
-/// The prefill's inline rows, validated.
-pub(crate) struct PrefillRows<'p> {
-    rows: Inline<'p>,
+/// vLLM's and prime-rl's inline rows, as a [`Format`].
+pub(crate) struct Inline;
+
+impl Format for Inline {
+    const KIND: RowsKind = RowsKind::Inline;
+    const LEVEL: Level = Level::Choice;
+    type Prefill<'p, P: View<'p>> = PrefillRows<'p, P>;
+
+    fn read<'p, S: AsRef<str>, P: View<'p>>(
+        _: &Spec<'_, S>,
+        prefill: P,
+    ) -> Result<Option<PrefillRows<'p, P>>, Error> {
+        PrefillRows::read(prefill)
+    }
+
+    fn first_orphan<'d, S: AsRef<str>, D: View<'d>>(_: &Spec<'_, S>, decode: D) -> Option<Error> {
+        first_orphan(decode)
+    }
+
+    fn has_rows<'a, S: AsRef<str>, V: View<'a>>(_: &[S], prefill: V) -> bool {
+        prefill_rows(prefill).is_some()
+    }
+
+    fn plan_choice<'p, 'd, S: AsRef<str>, P: View<'p>, D: View<'d>>(
+        prefill: &mut PrefillRows<'p, P>,
+        spec: &Spec<'_, S>,
+        decode: D,
+        choice: D,
+        i: usize,
+        out: &mut Vec<Patch<P>>,
+    ) -> Result<(), Error> {
+        let given = spec.decode_counts.and_then(|counts| counts.get(i));
+        let merged = prefill.plan(decode, choice, i, given)?;
+        let at = rows_path(i);
+        let source = Some(prefill.text);
+        match merged {
+            Merged::Npy(text) => out.push(Patch::Text {
+                at,
+                text,
+                prefill: source,
+            }),
+            Merged::Compact {
+                data,
+                shape,
+                start,
+                dtype,
+            } => {
+                out.push(Patch::Text {
+                    at: at.key("data"),
+                    text: data,
+                    prefill: source,
+                });
+                out.push(Patch::Members {
+                    at,
+                    members: vec![
+                        ("shape", Scalar::Ints(shape)),
+                        ("start", Scalar::Int(start)),
+                        ("dtype", Scalar::Name(dtype.name())),
+                    ],
+                });
+            }
+        }
+        Ok(())
+    }
 }
 
-impl<'p> PrefillRows<'p> {
+/// `choices[i].routed_experts`.
+fn rows_path(i: usize) -> Path {
+    Path::ROOT.key("choices").index(i).key(ROUTED_EXPERTS)
+}
+
+/// The prefill's inline rows, validated, and the string that holds their
+/// text (what the merged texts call [`PREFILL`]).
+pub(crate) struct PrefillRows<'p, P> {
+    rows: Parsed<'p>,
+    text: P,
+}
+
+impl<'p, P: View<'p>> PrefillRows<'p, P> {
     /// Reads and validates `prefill.choices[0].routed_experts`; `None` when it
     /// is missing or null.
-    pub(crate) fn read<V: View<'p>>(prefill: V) -> Result<Option<PrefillRows<'p>>, Error> {
+    fn read(prefill: P) -> Result<Option<PrefillRows<'p, P>>, Error> {
         let Some(value) = prefill_rows(prefill) else {
             return Ok(None);
         };
@@ -49,14 +125,19 @@ impl<'p> PrefillRows<'p> {
             Some(choice) => Counts::read(prefill, choice, Side::Prefill, 0),
             None => Ok(None),
         };
-        let rows = Inline::parse(value, counts, || rows_at(Side::Prefill, 0))?;
-        Ok(Some(PrefillRows { rows }))
+        let rows = Parsed::parse(value, counts, || rows_at(Side::Prefill, 0))?;
+        // The parse found the text there.
+        let text = match value.kind() {
+            Kind::Object => value.get("data").unwrap_or(value),
+            _ => value,
+        };
+        Ok(Some(PrefillRows { rows, text }))
     }
 
     /// Validates the rows of choice `i` of `decode` and computes its merged
     /// rows, writing nothing.
     /// `given` places a `.npy` in place of the decode's own counts.
-    pub(crate) fn plan<'d, D: View<'d>>(
+    fn plan<'d, D: View<'d>>(
         &self,
         decode: D,
         choice: D,
@@ -72,14 +153,14 @@ impl<'p> PrefillRows<'p> {
             Some(&counts) => Ok(Some(counts)),
             None => Counts::read(decode, choice, Side::Decode, i),
         };
-        let decode = Inline::parse(value, counts, at)?;
+        let decode = Parsed::parse(value, counts, at)?;
         merge(&self.rows, &decode, at)
     }
 }
 
 /// The first decode choice with inline rows, as an error, when the prefill has
 /// none: its own validation error, or else [`Error::MissingPrefillField`].
-pub(crate) fn first_orphan<'d, D: View<'d>>(decode: D) -> Option<Error> {
+fn first_orphan<'d, D: View<'d>>(decode: D) -> Option<Error> {
     decode
         .get("choices")?
         .elements()?
@@ -88,7 +169,7 @@ pub(crate) fn first_orphan<'d, D: View<'d>>(decode: D) -> Option<Error> {
             let value = choice.get(ROUTED_EXPERTS).filter(|v| !v.is_null())?;
             let at = || rows_at(Side::Decode, i);
             // Placed from 0: an orphan's positions are never used.
-            Some(match Inline::parse(value, || Ok(None), at) {
+            Some(match Parsed::parse(value, || Ok(None), at) {
                 Err(err) => err,
                 Ok(_) => Error::MissingPrefillField {
                     at: at(),
@@ -96,15 +177,6 @@ pub(crate) fn first_orphan<'d, D: View<'d>>(decode: D) -> Option<Error> {
                 },
             })
         })
-}
-
-/// The base64 text of inline rows `rows`: a compact object's `data`, or the
-/// npy string itself (what [`Merged`] texts call [`PREFILL`] and [`DECODE`]).
-pub(crate) fn rows_text<'a, V: View<'a>>(rows: V) -> Option<Cow<'a, [u8]>> {
-    match rows.kind() {
-        Kind::Object => rows.get("data")?.as_bytes(),
-        _ => rows.as_bytes(),
-    }
 }
 
 /// Reads the inline rows `value` of choice `i` of `response` (the response
@@ -122,7 +194,7 @@ pub(crate) fn read_rows(
         Some(choice) => Counts::read(response, choice, side, i),
         None => Ok(None),
     };
-    let rows = Inline::parse(value, counts, || rows_at(side, i))?;
+    let rows = Parsed::parse(value, counts, || rows_at(side, i))?;
     let mut bytes = Vec::new();
     let text = rows.base64();
     text.decode_range(rows.data, text.decoded_len(), &mut bytes);
@@ -147,7 +219,7 @@ pub(crate) fn npy_file(dtype: Dtype, shape: &[u64], data: &[u8]) -> Result<Vec<u
 /// One side's inline rows: where they are (an in-memory segment at offset
 /// 0), and their bytes: `[data, decoded_len)` of the validated base64 text
 /// (`data` is 0 for compact rows, the header's length for npy).
-struct Inline<'v> {
+struct Parsed<'v> {
     form: Form,
     segment: Segment<()>,
     /// The counts that placed a `.npy` (`anchor`), when it had them.
@@ -159,7 +231,7 @@ struct Inline<'v> {
     data: usize,
 }
 
-impl Inline<'_> {
+impl Parsed<'_> {
     /// The validated text.
     fn base64(&self) -> Base64<'_> {
         Base64::parsed(&self.text, self.decoded_len)
@@ -171,17 +243,17 @@ impl Inline<'_> {
     }
 }
 
-impl<'v> Inline<'v> {
+impl<'v> Parsed<'v> {
     /// Reads inline rows; `counts` gives what places a `.npy` (read only
     /// for one: compact rows carry their start).
     fn parse<V: View<'v>>(
         value: V,
         counts: impl FnOnce() -> Result<Option<Counts>, Error>,
         at: impl Fn() -> Location,
-    ) -> Result<Inline<'v>, Error> {
+    ) -> Result<Parsed<'v>, Error> {
         match value.kind() {
-            Kind::Object => Inline::compact(value, at),
-            Kind::String => Inline::npy(
+            Kind::Object => Parsed::compact(value, at),
+            Kind::String => Parsed::npy(
                 value.as_bytes().unwrap_or_default(),
                 value.alphabet_prefix(),
                 counts()?,
@@ -195,7 +267,7 @@ impl<'v> Inline<'v> {
         }
     }
 
-    fn compact<V: View<'v>>(object: V, at: impl Fn() -> Location) -> Result<Inline<'v>, Error> {
+    fn compact<V: View<'v>>(object: V, at: impl Fn() -> Location) -> Result<Parsed<'v>, Error> {
         let data = object.get("data");
         let text = match data.and_then(View::as_bytes) {
             Some(text) => text,
@@ -236,7 +308,7 @@ impl<'v> Inline<'v> {
         let segment = Segment::new(ROUTED_EXPERTS, (), 0, start, seq, dtype, vec![layers, topk])
             .map_err(|overflow| Error::Overflow { at: at(), overflow })?;
         check_len(&segment, decoded_len, || at().key("data"))?;
-        Ok(Inline {
+        Ok(Parsed {
             form: Form::Compact,
             segment,
             counts: None,
@@ -251,7 +323,7 @@ impl<'v> Inline<'v> {
         alphabet_prefix: Option<usize>,
         counts: Option<Counts>,
         at: impl Fn() -> Location,
-    ) -> Result<Inline<'v>, Error> {
+    ) -> Result<Parsed<'v>, Error> {
         let decoded_len = Base64::parse_counted(&text, alphabet_prefix)
             .map_err(|error| Error::Base64 { at: at(), error })?
             .decoded_len();
@@ -284,7 +356,7 @@ impl<'v> Inline<'v> {
             vec![layers, topk],
         )
         .map_err(|overflow| Error::Overflow { at: at(), overflow })?;
-        let rows = Inline {
+        let rows = Parsed {
             form: Form::Npy,
             segment,
             counts,
@@ -343,8 +415,8 @@ fn merged_dtype(form: Form, prefill: Dtype, decode: Dtype) -> Option<Dtype> {
 
 /// Merges the prefill's rows with one decode choice's.
 fn merge(
-    prefill: &Inline<'_>,
-    decode: &Inline<'_>,
+    prefill: &Parsed<'_>,
+    decode: &Parsed<'_>,
     at: impl Fn() -> Location,
 ) -> Result<Merged, Error> {
     if prefill.form != decode.form {
@@ -419,7 +491,7 @@ fn merge(
 /// The merged inline rows of one decode choice, ready to write. The texts
 /// name runs of the two sides' rows texts ([`PREFILL`], [`DECODE`]) rather
 /// than copy them: the adapter that writes them has both.
-pub(crate) enum Merged {
+enum Merged {
     /// New `data`, `shape`, `start` and `dtype` for the compact object.
     Compact {
         data: Text,

@@ -23,6 +23,10 @@ use crate::error::{Error, Location, Side};
 use crate::fields::ROUTED_EXPERTS;
 use crate::json;
 use crate::view::{Kind, View};
+
+use super::{Format, Level, Spec};
+use crate::patch::{Patch, Path};
+use crate::places::RowsKind;
 use solve::{Facts, Fault, Value as Which};
 
 /// The object of a `/generate` output that holds its rows and their counts.
@@ -85,18 +89,23 @@ impl Slot {
         .filter(|item| item.kind() == Kind::Object)
     }
 
+    /// Where the rows are, from the response's root.
+    pub(crate) fn path(self) -> Path {
+        let item = match self.item {
+            None => Path::ROOT,
+            Some(i) => Path::ROOT.index(i),
+        };
+        match self.api {
+            Api::Generate => item.key(META_INFO),
+            Api::ResponseExt => item.key(SGLEXT),
+            Api::ChoiceExt => item.key("choices").index(0).key(SGL_EXT),
+        }
+        .key(ROUTED_EXPERTS)
+    }
+
     /// The rows value (null included) in `response`, when the path is there.
     pub(crate) fn rows<'a, V: View<'a>>(self, response: V) -> Option<V> {
-        let item = self.item_of(response)?;
-        match self.api {
-            Api::Generate => item.get(META_INFO)?.get(ROUTED_EXPERTS),
-            Api::ResponseExt => item.get(SGLEXT)?.get(ROUTED_EXPERTS),
-            Api::ChoiceExt => item
-                .get("choices")?
-                .index(0)?
-                .get(SGL_EXT)?
-                .get(ROUTED_EXPERTS),
-        }
+        self.path().find(response)
     }
 
     /// The rows, when present and not null.
@@ -122,13 +131,7 @@ impl Slot {
 
     /// Where the rows are.
     pub(crate) fn rows_at(self, side: Side) -> Location {
-        let item = self.item_at(side);
-        match self.api {
-            Api::Generate => item.key(META_INFO),
-            Api::ResponseExt => item.key(SGLEXT),
-            Api::ChoiceExt => item.key("choices").index(0).key(SGL_EXT),
-        }
-        .key(ROUTED_EXPERTS)
+        self.path().location(side)
     }
 
     /// Where the count `key` is.
@@ -161,7 +164,7 @@ fn slots<'a, V: View<'a>>(response: V) -> Vec<Slot> {
 }
 
 /// Whether `prefill` has SGLang rows in any slot.
-pub(crate) fn prefill_has_rows<'a, V: View<'a>>(prefill: V) -> bool {
+fn prefill_has_rows<'a, V: View<'a>>(prefill: V) -> bool {
     slots(prefill)
         .into_iter()
         .any(|slot| slot.present(prefill).is_some())
@@ -231,25 +234,53 @@ fn parse<'v, V: View<'v>>(
     })
 }
 
+/// SGLang's rows, as a [`Format`].
+pub(crate) struct Sglang;
+
+impl Format for Sglang {
+    const KIND: RowsKind = RowsKind::Sglang;
+    const LEVEL: Level = Level::Response;
+    type Prefill<'p, P: View<'p>> = Prefill<'p, P>;
+
+    fn read<'p, S: AsRef<str>, P: View<'p>>(
+        _: &Spec<'_, S>,
+        prefill: P,
+    ) -> Result<Option<Prefill<'p, P>>, Error> {
+        Prefill::read(prefill)
+    }
+
+    fn first_orphan<'d, S: AsRef<str>, D: View<'d>>(_: &Spec<'_, S>, decode: D) -> Option<Error> {
+        first_orphan(decode)
+    }
+
+    fn has_rows<'a, S: AsRef<str>, V: View<'a>>(_: &[S], prefill: V) -> bool {
+        prefill_has_rows(prefill)
+    }
+
+    fn plan_response<'p, 'd, S: AsRef<str>, P: View<'p>, D: View<'d>>(
+        prefill: &mut Prefill<'p, P>,
+        spec: &Spec<'_, S>,
+        decode: D,
+        out: &mut Vec<Patch<P>>,
+    ) -> Result<(), Error> {
+        prefill.plan(decode, spec.row_shape, out)
+    }
+}
+
 /// The prefill's SGLang rows, validated.
-pub(crate) struct Prefill<'p> {
+pub(crate) struct Prefill<'p, P> {
+    /// The prefill, whose slots' strings the merged texts name
+    /// ([`PREFILL`]).
+    root: P,
     /// The batch array's length, when the prefill is one.
     array: Option<usize>,
     slots: Vec<(Slot, SlotRows<'p>)>,
 }
 
-/// The merged rows of one decode slot, ready to write: the prefill's rows
-/// text is the slot's in the prefill ([`PREFILL`]), the decode's its own
-/// ([`DECODE`]).
-pub(crate) struct Merged {
-    pub(crate) slot: Slot,
-    pub(crate) text: Text,
-}
-
-impl<'p> Prefill<'p> {
+impl<'p, P: View<'p>> Prefill<'p, P> {
     /// Reads and validates every slot of `prefill` with rows; `None` when
     /// none has.
-    pub(crate) fn read<V: View<'p>>(prefill: V) -> Result<Option<Prefill<'p>>, Error> {
+    fn read(prefill: P) -> Result<Option<Prefill<'p, P>>, Error> {
         let mut slots_with_rows = Vec::new();
         for slot in slots(prefill) {
             if let Some(value) = slot.present(prefill) {
@@ -262,6 +293,7 @@ impl<'p> Prefill<'p> {
         let array =
             (prefill.kind() == Kind::Array).then(|| prefill.elements().map_or(0, Iterator::count));
         Ok(Some(Prefill {
+            root: prefill,
             array,
             slots: slots_with_rows,
         }))
@@ -269,11 +301,12 @@ impl<'p> Prefill<'p> {
 
     /// Validates every decode slot and computes its merged rows, writing
     /// nothing. `row_shape` is `(layers, top_k)`, when known.
-    pub(crate) fn plan<'d, D: View<'d>>(
+    fn plan<'d, D: View<'d>>(
         &self,
         decode: D,
         row_shape: Option<(u64, u64)>,
-    ) -> Result<Vec<Merged>, Error> {
+        out: &mut Vec<Patch<P>>,
+    ) -> Result<(), Error> {
         let decode_root = || Location::root(Side::Decode);
         match self.array {
             Some(n) => {
@@ -312,7 +345,6 @@ impl<'p> Prefill<'p> {
                 }
             })?),
         };
-        let mut merged = Vec::new();
         for slot in slots(decode) {
             let prefill = self.slots.iter().find(|(s, _)| *s == slot).map(|(_, r)| r);
             let value = slot.present(decode);
@@ -329,11 +361,15 @@ impl<'p> Prefill<'p> {
                 }
                 (Some(prefill), Some(value)) => {
                     let rows = parse(decode, slot, Side::Decode, value)?;
-                    merged.push(merge(slot, prefill, &rows, width)?);
+                    out.push(Patch::Text {
+                        at: slot.path(),
+                        text: merge(slot, prefill, &rows, width)?,
+                        prefill: slot.rows(self.root),
+                    });
                 }
             }
         }
-        Ok(merged)
+        Ok(())
     }
 }
 
@@ -347,7 +383,7 @@ fn orphan(slot: Slot) -> Error {
 
 /// The first decode slot with rows, as an error, when the prefill has none:
 /// its own validation error, or else [`Error::MissingPrefillField`].
-pub(crate) fn first_orphan<'d, D: View<'d>>(decode: D) -> Option<Error> {
+fn first_orphan<'d, D: View<'d>>(decode: D) -> Option<Error> {
     slots(decode).into_iter().find_map(|slot| {
         let value = slot.present(decode)?;
         Some(match parse(decode, slot, Side::Decode, value) {
@@ -357,13 +393,14 @@ pub(crate) fn first_orphan<'d, D: View<'d>>(decode: D) -> Option<Error> {
     })
 }
 
-/// Places one slot's pair and describes its merged rows.
+/// Places one slot's pair and describes its merged rows: the prefill's
+/// bytes ([`PREFILL`]), then the decode's from the cut ([`DECODE`]).
 fn merge(
     slot: Slot,
     prefill: &SlotRows<'_>,
     decode: &SlotRows<'_>,
     width: Option<u64>,
-) -> Result<Merged, Error> {
+) -> Result<Text, Error> {
     let solution =
         solve::solve(prefill.facts, decode.facts, width).map_err(|fault| match fault {
             Fault::Positions(side, which, problem) => Error::Positions {
@@ -386,10 +423,7 @@ fn merge(
     let (p, d) = (prefill.base64(), decode.base64());
     text.push_widened(&p, PREFILL, 0, p.decoded_len(), 1, 1);
     text.push_widened(&d, DECODE, skip, d.decoded_len(), 1, 1);
-    Ok(Merged {
-        slot,
-        text: text.finish(),
-    })
+    Ok(text.finish())
 }
 
 #[cfg(feature = "verify")]
