@@ -50,12 +50,14 @@ LAYERS = [
     ("error", ["error/"]),
     # A response as the formats read it: the View either representation
     # offers, typed values with their locations, where the stitched values
-    # sit, the field names, and the table of where rows sit (places.rs).
-    ("view", ["fields.rs", "places.rs", "view.rs", "json.rs", "response.rs", "patch.rs"]),
-    # The kinds of rows, each read, checked and planned: by handle (with
-    # strict mode's check, which the by-handle planner holds its planned
-    # payload against), inline vLLM/prime-rl rows, SGLang's rows with their
-    # position solver; and Stitch, which kinds a merge stitches.
+    # sit, the field names, and what a merge writes (patch.rs).
+    ("view", ["fields.rs", "view.rs", "json.rs", "response.rs", "patch.rs"]),
+    # The kinds of rows behind one trait, each read, checked and planned:
+    # by handle (with strict mode's check, which the by-handle planner holds
+    # its planned payload against), inline vLLM/prime-rl rows and vLLM
+    # 0.32's end anchoring, SGLang's rows with their position solver; the
+    # table of where rows sit (format/places.rs); and Stitch, which kinds a
+    # merge stitches.
     ("formats", ["format/", "strict.rs", "stitch.rs"]),
     # The one plan of a merge: every kind of rows planned in one validating
     # pass through a View, before anything is written.

@@ -146,10 +146,6 @@ pub mod gather;
 mod json;
 mod merge;
 mod patch;
-// The table of where rows sit: public for the Python binding's skeleton
-// and the test that walks it, not part of the stable API.
-#[doc(hidden)]
-pub mod places;
 pub mod reading;
 mod response;
 pub mod sglang;
@@ -172,7 +168,11 @@ pub use error::{Error, ErrorKind, Location, Side, Step};
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+// The table of where rows sit: public for the Python binding's skeleton
+// and the test that walks it, not part of the stable API.
 pub use fields::{DEFAULT_FIELDS, ROUTED_EXPERTS, ROUTED_EXPERT_WEIGHTS};
+#[doc(hidden)]
+pub use format::places;
 pub use stitch::Stitch;
 pub use stitcher::{
     merge_routed_experts_for_pd, merge_routed_experts_in_json, merge_routed_payload_in_json,

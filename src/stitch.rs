@@ -1,7 +1,7 @@
 //! [`Stitch`]: which kinds of rows a merge stitches. It sits below the plan,
 //! which reads it, and the entry points, which take it.
 
-use crate::places::RowsKind;
+use crate::format::places::RowsKind;
 
 /// Which rows a merge stitches: those of the entry point of the same name.
 /// The argument of [`Stitcher::merge`](crate::Stitcher::merge),

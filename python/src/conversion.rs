@@ -48,7 +48,7 @@ pub(crate) fn body<'a>(obj: &'a Bound<'_, PyAny>, name: &str) -> PyResult<Body<'
 }
 
 /// The parts of a response the merge, `gather` and `check` read: `choices`,
-/// and the places of `pd_stitch::places::PLACES` (the one table of where
+/// and the places of `pd_stitch::places::all()` (the one table of where
 /// rows and their counts sit), no more. Anything the merge could describe
 /// in an error (a response, `choices` or a choice of the wrong type) is
 /// converted whole.
@@ -88,7 +88,7 @@ pub(crate) fn choice_skeleton(choice: &Bound<'_, PyAny>) -> PyResult<Value> {
         return to_value(choice, 2);
     };
     let mut out = Map::new();
-    for place in places::PLACES.iter().filter(|p| p.holder == Holder::Choice) {
+    for place in places::all().filter(|p| p.holder == Holder::Choice) {
         let Some(value) = dict.get_item(place.key)? else {
             continue;
         };
@@ -285,7 +285,7 @@ pub(crate) fn merged_dict<'py>(
         let copy = choice.copy()?;
         // Only what the merge writes: the skeleton's other members (a
         // `token_ids` of nulls, which only counts) are not the choice's.
-        for place in places::PLACES {
+        for place in places::all() {
             match (place.holder, place.holds) {
                 (Holder::Choice, Holds::Rows(_)) => {
                     if let Some(value) = fields.get(place.key) {
@@ -326,7 +326,7 @@ fn set_rows<'py>(
     };
     let copy = old.copy()?;
     let mut changed = false;
-    for place in places::PLACES.iter().filter(|p| p.holder == holder) {
+    for place in places::all().filter(|p| p.holder == holder) {
         if let (Holds::Rows(_), Some(rows)) = (place.holds, merged.get(place.key)) {
             copy.set_item(place.key, to_python(py, rows)?)?;
             changed = true;

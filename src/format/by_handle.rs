@@ -20,8 +20,8 @@ use crate::strict::{Origin, Planned};
 use crate::view::{describe_view, Kind, View};
 
 use super::{Format, Level, Spec};
+use crate::format::places::{place, Holder, Holds, Place, RowsKind};
 use crate::patch::{Item, Patch, Path};
-use crate::places::RowsKind;
 
 /// The key of a choice's segment list: the one place rows by handle sit.
 pub(crate) const PAYLOAD: &str = "payload";
@@ -46,6 +46,11 @@ pub(crate) struct ByHandle;
 impl Format for ByHandle {
     const KIND: RowsKind = RowsKind::ByHandle;
     const LEVEL: Level = Level::Choice;
+    const PLACES: &'static [Place] = &[place(
+        Holder::Choice,
+        PAYLOAD,
+        Holds::Rows(RowsKind::ByHandle),
+    )];
     type Prefill<'p, P: View<'p>> = PrefillSegments<P>;
 
     fn read<'p, S: AsRef<str>, P: View<'p>>(

@@ -18,8 +18,19 @@
 
 use crate::algebra::PositionProblem;
 use crate::error::{Error, Location, Side};
+use crate::format::places::{place, Holder, Holds, Place};
 use crate::json::{self, choice_at};
 use crate::view::{Kind, View};
+
+/// The key of a choice's generated token ids, whose number places a `.npy`.
+pub(crate) const TOKEN_IDS: &str = "token_ids";
+
+/// Where the counts that place a `.npy` sit: the choice's `token_ids` and
+/// the response's `usage.prompt_tokens`.
+pub(crate) const PLACES: [Place; 2] = [
+    place(Holder::Choice, TOKEN_IDS, Holds::Count),
+    place(Holder::Member("usage"), "prompt_tokens", Holds::Count),
+];
 
 /// The counts that place one choice's `.npy` rows: the end they stop at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,12 +52,12 @@ impl Counts {
         side: Side,
         i: usize,
     ) -> Result<Option<Counts>, Error> {
-        let Some(tokens) = choice.get("token_ids").filter(|t| !t.is_null()) else {
+        let Some(tokens) = choice.get(TOKEN_IDS).filter(|t| !t.is_null()) else {
             return Ok(None);
         };
         if tokens.kind() != Kind::Array {
             return Err(Error::Structure {
-                at: choice_at(side, i).key("token_ids"),
+                at: choice_at(side, i).key(TOKEN_IDS),
                 expected: "an array of token ids",
                 got: tokens.describe(),
             });
@@ -94,7 +105,7 @@ impl Counts {
 pub(crate) fn counted_prefill<'a, V: View<'a>>(prefill: V) -> Option<u64> {
     let choice = crate::response::prefill_choice(prefill)?;
     let npy = choice.get(crate::fields::ROUTED_EXPERTS)?.kind() == Kind::String;
-    let counted = choice.get("token_ids")?.kind() == Kind::Array;
+    let counted = choice.get(TOKEN_IDS)?.kind() == Kind::Array;
     if !(npy && counted) {
         return None;
     }

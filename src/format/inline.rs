@@ -33,8 +33,8 @@ use crate::view::{describe_view, Kind, View};
 
 use super::end_anchored::{self as anchor, Counts};
 use super::{Format, Level, Spec};
+use crate::format::places::{place, Holder, Holds, Place, RowsKind};
 use crate::patch::{Patch, Path, Scalar};
-use crate::places::RowsKind;
 
 /// vLLM's and prime-rl's inline rows, as a [`Format`].
 pub(crate) struct Inline;
@@ -42,6 +42,15 @@ pub(crate) struct Inline;
 impl Format for Inline {
     const KIND: RowsKind = RowsKind::Inline;
     const LEVEL: Level = Level::Choice;
+    const PLACES: &'static [Place] = &[
+        place(
+            Holder::Choice,
+            ROUTED_EXPERTS,
+            Holds::Rows(RowsKind::Inline),
+        ),
+        anchor::PLACES[0],
+        anchor::PLACES[1],
+    ];
     type Prefill<'p, P: View<'p>> = PrefillRows<'p, P>;
 
     fn read<'p, S: AsRef<str>, P: View<'p>>(

@@ -5,7 +5,8 @@
 //! The plan (`crate::merge`) knows no format by name: it runs [`All`], the
 //! list of formats below, in its order, and collects what each would write
 //! as [`Patch`]es, which the adapters apply without knowing any kind of
-//! rows. A new convention is a new file here and one row of [`All`].
+//! rows. A new convention is a new file here, and its row of [`All`] and
+//! of the table of places.
 //!
 //! - [`by_handle`]: `choices[i].payload`, segments pointing into shared files;
 //! - [`inline`]: vLLM's and prime-rl's `choices[i].routed_experts`, compact
@@ -23,20 +24,28 @@
 pub(crate) mod by_handle;
 pub(crate) mod end_anchored;
 pub(crate) mod inline;
+pub mod places;
 pub(crate) mod sglang;
 
 use crate::error::Error;
 use crate::patch::Patch;
-use crate::places::RowsKind;
 use crate::stitch::Stitch;
 use crate::view::View;
 
+use by_handle::ByHandle;
 use end_anchored::Counts;
+use inline::Inline;
+use places::{Place, RowsKind};
+use sglang::Sglang;
 
 /// Every format, in the order the plan runs them: inline rows, rows by
 /// handle, SGLang's rows. A list of pairs, so that the plan runs each with
 /// its own types and no dynamic call.
-pub(crate) type All = (inline::Inline, (by_handle::ByHandle, (sglang::Sglang, ())));
+pub(crate) type All = (Inline, (ByHandle, (Sglang, ())));
+
+/// Where each format's rows and counts sit, in the order of [`All`]: the
+/// table [`places::all`] reads.
+const PLACES: &[&[Place]] = &[Inline::PLACES, ByHandle::PLACES, Sglang::PLACES];
 
 /// How a merge is made: the stitched fields, which rows ([`Stitch`]: both
 /// kinds, or inline or by-handle rows alone), and whether merged layouts are
@@ -72,6 +81,9 @@ pub(crate) trait Format {
     const KIND: RowsKind;
     /// Where its rows are planned.
     const LEVEL: Level;
+    /// Where its rows, and the counts that place them, sit: its rows of the
+    /// table of places.
+    const PLACES: &'static [Place];
 
     /// What it read of the prefill, validated: what every decode choice or
     /// the decode response is merged with.

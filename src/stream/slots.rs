@@ -1,10 +1,10 @@
 //! Where an event's rows sit, by its keys: read from the table of places
-//! ([`crate::places`]), so that a place the merge stitches is never passed
+//! ([`crate::format::places`]), so that a place the merge stitches is never passed
 //! through unstitched.
 
 use crate::bytes::{Doc, ScannedValue};
 use crate::format::by_handle::Keys;
-use crate::places::{Holder, Holds, RowsKind, PLACES};
+use crate::format::places::{self, Holder, Holds, RowsKind};
 use crate::view::{Kind, View};
 
 /// Where an event's rows sit, to find a second rows event for the same.
@@ -55,7 +55,7 @@ fn output_slots(fields: &[&str], output: ScannedValue<'_>, position: u64, slots:
     if let Some(choices) = output.get("choices").and_then(View::elements) {
         for (i, choice) in choices.enumerate() {
             if holds_rows(fields, choice, Holder::Choice)
-                || PLACES.iter().any(|p| match p.holder {
+                || places::all().any(|p| match p.holder {
                     Holder::ChoiceMember(member) => {
                         holds_rows(fields, object(choice.get(member)), p.holder)
                     }
@@ -66,7 +66,7 @@ fn output_slots(fields: &[&str], output: ScannedValue<'_>, position: u64, slots:
             }
         }
     }
-    for place in PLACES {
+    for place in places::all() {
         if let Holder::Member(member) = place.holder {
             if holds_rows(fields, object(output.get(member)), place.holder) {
                 let index = output.get("index").and_then(View::as_u64);
@@ -92,8 +92,7 @@ fn holds_rows<'a>(
     let Some(object) = object.into() else {
         return false;
     };
-    PLACES
-        .iter()
+    places::all()
         .filter(|p| p.holder == holder)
         .any(|p| match p.holds {
             Holds::Count => false,

@@ -1,4 +1,4 @@
-//! `pd_stitch::places::PLACES`, the one table of where rows sit, walked:
+//! `pd_stitch::places::all()`, the one table of where rows sit, walked:
 //! for each place that holds rows, a pair with rows there merges the same
 //! through the `Value` path and the bytes path (the scanner records the
 //! place), and a stream whose rows event holds it is stitched to that merge
@@ -7,7 +7,7 @@
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
-use pd_stitch::places::{Holder, Holds, Place, RowsKind, PLACES};
+use pd_stitch::places::{self, Holder, Holds, Place, RowsKind};
 use pd_stitch::stream::StreamStitcher;
 use pd_stitch::{Stitch, Stitcher};
 use serde_json::{json, Value};
@@ -86,7 +86,7 @@ fn pair(place: &Place) -> (Value, Value, Value) {
 fn every_place_of_the_table_is_merged_by_both_paths_and_the_stream() {
     let stitcher = Stitcher::new().row_shape(1, 1);
     let mut walked = 0;
-    for place in PLACES.iter().filter(|p| matches!(p.holds, Holds::Rows(_))) {
+    for place in places::all().filter(|p| matches!(p.holds, Holds::Rows(_))) {
         let (prefill, decode, merged) = pair(place);
         // The `Value` path.
         let mut by_value = decode.clone();

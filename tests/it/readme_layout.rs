@@ -1,8 +1,8 @@
 //! The README's "Layout" section names every file of `src/`, and every path
 //! it names exists: a map of the crate that cannot go stale unnoticed.
 //!
-//! A file is named when the section holds its path (`src/inline/npy.rs`), or
-//! when one bullet names its folder (`src/inline/`) and, in backticks, its
+//! A file is named when the section holds its path (`src/codec/npy.rs`), or
+//! when one bullet names its folder (`src/codec/`) and, in backticks, its
 //! file name (`npy.rs`); a folder's `mod.rs` is named by the folder alone.
 
 use std::collections::BTreeSet;
@@ -46,7 +46,7 @@ fn rust_files(dir: &Path, out: &mut Vec<String>) {
     }
 }
 
-/// Which of `files` (paths such as `src/inline/npy.rs`) the bullets leave
+/// Which of `files` (paths such as `src/codec/npy.rs`) the bullets leave
 /// unnamed.
 fn unnamed<'f>(bullets: &[String], files: &'f [String]) -> Vec<&'f str> {
     files
@@ -107,14 +107,14 @@ fn the_readme_layout_names_every_file_of_src() {
 /// bullet does not name it, and a path that is not there are all caught.
 #[test]
 fn the_layout_check_catches_what_is_missing_and_what_is_stale() {
-    let readme = "# x\n\n## Layout\n\n- `src/inline/`: rows (`npy.rs`,\n  `text.rs`).\n- `src/lib.rs`, `src/gone.rs`.\n\n## Next\n- `src/later.rs`\n";
+    let readme = "# x\n\n## Layout\n\n- `src/codec/`: rows (`npy.rs`,\n  `text.rs`).\n- `src/lib.rs`, `src/gone.rs`.\n\n## Next\n- `src/later.rs`\n";
     let bullets = layout_bullets(readme);
     assert_eq!(bullets.len(), 2, "{bullets:?}");
     let files: Vec<String> = [
-        "src/inline/npy.rs",
-        "src/inline/text.rs",
-        "src/inline/mod.rs",
-        "src/inline/form.rs",
+        "src/codec/npy.rs",
+        "src/codec/text.rs",
+        "src/codec/mod.rs",
+        "src/codec/form.rs",
         "src/lib.rs",
         "src/later.rs",
     ]
@@ -122,7 +122,7 @@ fn the_layout_check_catches_what_is_missing_and_what_is_stale() {
     .to_vec();
     assert_eq!(
         unnamed(&bullets, &files),
-        ["src/inline/form.rs", "src/later.rs"]
+        ["src/codec/form.rs", "src/later.rs"]
     );
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     assert_eq!(stale(&bullets, root), ["src/gone.rs"]);

@@ -1,7 +1,7 @@
 //! What the scanner records of a response: the paths a merge reads, as
-//! the table of places ([`crate::places`]) names them, and nothing deeper.
+//! the table of places ([`crate::format::places`]) names them, and nothing deeper.
 
-use crate::places;
+use crate::format::places;
 
 /// What to record of a value and its children.
 #[derive(Clone, Copy, PartialEq, Eq)]

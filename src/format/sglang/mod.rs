@@ -25,8 +25,8 @@ use crate::json;
 use crate::view::{Kind, View};
 
 use super::{Format, Level, Spec};
+use crate::format::places::{place, Holder, Holds, Place, RowsKind};
 use crate::patch::{Patch, Path};
-use crate::places::RowsKind;
 use solve::{Facts, Fault, Value as Which};
 
 /// The object of a `/generate` output that holds its rows and their counts.
@@ -35,6 +35,15 @@ pub(crate) const META_INFO: &str = "meta_info";
 pub(crate) const SGLEXT: &str = "sglext";
 /// The choice-level extension of older builds' OpenAI answers.
 pub(crate) const SGL_EXT: &str = "sgl_ext";
+
+/// The OpenAI usage object, which counts the OpenAI answers' rows.
+const USAGE: &str = "usage";
+/// The count of the prompt's tokens, in `meta_info` or `usage`.
+const PROMPT: &str = "prompt_tokens";
+/// The count of the generated tokens, in `meta_info` or `usage`.
+const COMPLETION: &str = "completion_tokens";
+/// What SGLang's places of rows hold.
+const ROWS: Holds = Holds::Rows(RowsKind::Sglang);
 
 /// `[0, 0)`, for intervals whose ends were checked (never used).
 const NO_ROWS: Rows = match Rows::new(0, 0) {
@@ -118,7 +127,7 @@ impl Slot {
         let item = self.item_of(response)?;
         match self.api {
             Api::Generate => item.get(META_INFO),
-            Api::ResponseExt | Api::ChoiceExt => item.get("usage"),
+            Api::ResponseExt | Api::ChoiceExt => item.get(USAGE),
         }
     }
 
@@ -139,7 +148,7 @@ impl Slot {
         let item = self.item_at(side);
         match self.api {
             Api::Generate => item.key(META_INFO),
-            Api::ResponseExt | Api::ChoiceExt => item.key("usage"),
+            Api::ResponseExt | Api::ChoiceExt => item.key(USAGE),
         }
         .key(key)
     }
@@ -208,8 +217,8 @@ fn parse<'v, V: View<'v>>(
     let counts = slot.counts(response);
     let count =
         |key: &str| json::integer(counts.and_then(|c| c.get(key)), || slot.count_at(side, key));
-    let prompt = count("prompt_tokens")?;
-    let completion = count("completion_tokens")?;
+    let prompt = count(PROMPT)?;
+    let completion = count(COMPLETION)?;
     if slot.api != Api::Generate {
         let choices = slot
             .item_of(response)
@@ -240,6 +249,15 @@ pub(crate) struct Sglang;
 impl Format for Sglang {
     const KIND: RowsKind = RowsKind::Sglang;
     const LEVEL: Level = Level::Response;
+    const PLACES: &'static [Place] = &[
+        place(Holder::Member(META_INFO), ROUTED_EXPERTS, ROWS),
+        place(Holder::Member(META_INFO), PROMPT, Holds::Count),
+        place(Holder::Member(META_INFO), COMPLETION, Holds::Count),
+        place(Holder::Member(SGLEXT), ROUTED_EXPERTS, ROWS),
+        place(Holder::Member(USAGE), PROMPT, Holds::Count),
+        place(Holder::Member(USAGE), COMPLETION, Holds::Count),
+        place(Holder::ChoiceMember(SGL_EXT), ROUTED_EXPERTS, ROWS),
+    ];
     type Prefill<'p, P: View<'p>> = Prefill<'p, P>;
 
     fn read<'p, S: AsRef<str>, P: View<'p>>(
@@ -406,8 +424,8 @@ fn merge(
             Fault::Positions(side, which, problem) => Error::Positions {
                 at: match which {
                     Which::Rows => slot.rows_at(side),
-                    Which::Prompt => slot.count_at(side, "prompt_tokens"),
-                    Which::Completion => slot.count_at(side, "completion_tokens"),
+                    Which::Prompt => slot.count_at(side, PROMPT),
+                    Which::Completion => slot.count_at(side, COMPLETION),
                 },
                 problem,
             },
@@ -488,7 +506,7 @@ pub fn read_rows(
         .checked_add(facts.completion)
         .and_then(|n| n.checked_sub(1))
         .ok_or_else(|| Error::Positions {
-            at: slot.count_at(side, "completion_tokens"),
+            at: slot.count_at(side, COMPLETION),
             problem: PositionProblem::Counts {
                 prompt: facts.prompt,
                 completion: facts.completion,

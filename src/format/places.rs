@@ -3,8 +3,10 @@
 //! Every engine's rows, and the counts that place them, sit at a key of
 //! some object of the response: a choice, a member object of a choice, or a
 //! member object of the response (of each output, when an SGLang batch
-//! answers an array). [`PLACES`] lists them; the readers that must not miss
-//! one are read from it instead of spelling the paths again:
+//! answers an array). Each format lists its own places
+//! (`Format::PLACES`), and the table
+//! ([`all`]) is theirs, in the order of the formats. The readers that must
+//! not miss one are read from it instead of spelling the paths again:
 //!
 //! - the bytes path's scanner records what the table names (and nothing
 //!   deeper), so that the bytes merge sees every rows value the `Value`
@@ -13,10 +15,8 @@
 //! - the Python binding converts only the table's places of a `dict`
 //!   response before the merge reads it.
 //!
-//! A new place is one row here. `tests/it/places.rs` walks the table and
-//! holds each reader to it.
-
-use crate::fields::ROUTED_EXPERTS;
+//! A new place is one row of its format's list. `tests/it/places.rs` walks
+//! the table and holds each reader to it.
 
 /// Which kind of rows a place holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,81 +61,57 @@ pub struct Place {
     pub holds: Holds,
 }
 
-const fn place(holder: Holder, key: &'static str, holds: Holds) -> Place {
+/// A place, written short in the formats' lists.
+pub(crate) const fn place(holder: Holder, key: &'static str, holds: Holds) -> Place {
     Place { holder, key, holds }
 }
 
-/// SGLang's `/generate` output metadata: its rows and their counts.
-const META_INFO: Holder = Holder::Member("meta_info");
-/// SGLang's response-level extension of chat and completions.
-const SGLEXT: Holder = Holder::Member("sglext");
-/// The OpenAI usage object: the counts of SGLang's OpenAI rows and of a
-/// vLLM 0.32 `.npy`.
-const USAGE: Holder = Holder::Member("usage");
-/// SGLang's older per-choice extension.
-const SGL_EXT: Holder = Holder::ChoiceMember("sgl_ext");
-
-/// Every place rows, or the counts that place them, sit: SPEC sections 4
-/// (inline), 2 (by handle), 4a (vLLM 0.32's counts) and 10 (SGLang).
-pub const PLACES: &[Place] = &[
-    place(
-        Holder::Choice,
-        ROUTED_EXPERTS,
-        Holds::Rows(RowsKind::Inline),
-    ),
-    place(Holder::Choice, "payload", Holds::Rows(RowsKind::ByHandle)),
-    place(Holder::Choice, "token_ids", Holds::Count),
-    place(META_INFO, ROUTED_EXPERTS, Holds::Rows(RowsKind::Sglang)),
-    place(META_INFO, "prompt_tokens", Holds::Count),
-    place(META_INFO, "completion_tokens", Holds::Count),
-    place(SGLEXT, ROUTED_EXPERTS, Holds::Rows(RowsKind::Sglang)),
-    place(USAGE, "prompt_tokens", Holds::Count),
-    place(USAGE, "completion_tokens", Holds::Count),
-    place(SGL_EXT, ROUTED_EXPERTS, Holds::Rows(RowsKind::Sglang)),
-];
+/// Every place, each format's in the order of the formats (a place two
+/// formats read is listed by each).
+pub fn all() -> impl Iterator<Item = &'static Place> {
+    super::PLACES.iter().flat_map(|places| places.iter())
+}
 
 /// Whether the response's member `key` is an object holding places.
 #[inline]
 pub(crate) fn is_member_holder(key: &[u8]) -> bool {
-    PLACES
-        .iter()
-        .any(|p| matches!(p.holder, Holder::Member(m) if m.as_bytes() == key))
+    all().any(|p| matches!(p.holder, Holder::Member(m) if m.as_bytes() == key))
 }
 
 /// Whether a choice's member `key` is an object holding places.
 #[inline]
 pub(crate) fn is_choice_member_holder(key: &[u8]) -> bool {
-    PLACES
-        .iter()
-        .any(|p| matches!(p.holder, Holder::ChoiceMember(m) if m.as_bytes() == key))
+    all().any(|p| matches!(p.holder, Holder::ChoiceMember(m) if m.as_bytes() == key))
 }
 
 /// Whether a choice's member `key` holds rows.
 #[inline]
 pub(crate) fn is_choice_rows(key: &[u8]) -> bool {
-    PLACES
-        .iter()
-        .any(|p| p.holder == Holder::Choice && p.key.as_bytes() == key && p.holds != Holds::Count)
+    all().any(|p| p.holder == Holder::Choice && p.key.as_bytes() == key && p.holds != Holds::Count)
 }
 
-/// The keys of the places that `holder` holds, in the table's order.
+/// The keys of the places that `holder` holds, each once, in the table's
+/// order.
 pub fn keys_of(holder: Holder) -> impl Iterator<Item = &'static str> {
-    PLACES
-        .iter()
-        .filter(move |p| p.holder == holder)
-        .map(|p| p.key)
+    let mut keys: Vec<&'static str> = Vec::new();
+    for place in all().filter(|p| p.holder == holder) {
+        if !keys.contains(&place.key) {
+            keys.push(place.key);
+        }
+    }
+    keys.into_iter()
 }
 
 /// The holders that are objects (of a choice, or of the response), each
 /// once, in the table's order.
 pub fn object_holders() -> impl Iterator<Item = Holder> {
-    PLACES
-        .iter()
-        .enumerate()
-        .filter(|(i, p)| {
-            p.holder != Holder::Choice && !PLACES[..*i].iter().any(|q| q.holder == p.holder)
-        })
-        .map(|(_, p)| p.holder)
+    let mut holders: Vec<Holder> = Vec::new();
+    for place in all().filter(|p| p.holder != Holder::Choice) {
+        if !holders.contains(&place.holder) {
+            holders.push(place.holder);
+        }
+    }
+    holders.into_iter()
 }
 
 #[cfg(test)]
@@ -149,12 +125,23 @@ mod tests {
         assert!(is_choice_member_holder(b"sgl_ext") && !is_choice_member_holder(b"meta_info"));
         assert!(is_choice_rows(b"payload") && is_choice_rows(b"routed_experts"));
         assert!(!is_choice_rows(b"token_ids"));
+        let usage = Holder::Member("usage");
+        let meta_info = Holder::Member("meta_info");
         assert_eq!(
             object_holders().collect::<Vec<_>>(),
-            [META_INFO, SGLEXT, USAGE, SGL_EXT]
+            [
+                usage,
+                meta_info,
+                Holder::Member("sglext"),
+                Holder::ChoiceMember("sgl_ext")
+            ]
         );
         assert_eq!(
-            keys_of(META_INFO).collect::<Vec<_>>(),
+            keys_of(usage).collect::<Vec<_>>(),
+            ["prompt_tokens", "completion_tokens"]
+        );
+        assert_eq!(
+            keys_of(meta_info).collect::<Vec<_>>(),
             ["routed_experts", "prompt_tokens", "completion_tokens"]
         );
     }
