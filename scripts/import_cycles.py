@@ -33,8 +33,12 @@ def module_of(path, root):
 
 
 def code_of(text):
-    """The file's code without its test module and without comment lines."""
-    text = text.split("#[cfg(test)]\nmod tests")[0]
+    """The file's code without its test module and without comment lines.
+
+    The test module is the inline `#[cfg(test)] mod tests { ... }` that ends a
+    file; a declaration `#[cfg(test)] mod tests;` of a test file is not one,
+    and the code after it is read."""
+    text = text.split("#[cfg(test)]\nmod tests {")[0]
     return "\n".join(line for line in text.splitlines() if not line.strip().startswith("//"))
 
 
@@ -127,7 +131,7 @@ def self_test():
             "a.rs": "use crate::b::c::Thing;\n// use crate::d is only a comment\n",
             "b/mod.rs": "pub mod c;",
             "b/c.rs": "use super::super::a;\nuse crate::{a::x, b};\n",
-            "d.rs": "use crate::a;\nuse crate::b::{c::Thing, self};\n",
+            "d.rs": "use crate::a;\n#[cfg(test)]\nmod tests;\nuse crate::b::{c::Thing, self};\n",
         }
         for path, text in sources.items():
             with open(os.path.join(root, path), "w", encoding="utf-8") as f:

@@ -50,6 +50,7 @@ use serde_json::{json, Value};
 
 use crate::algebra::Dtype;
 use crate::fields::{DEFAULT_FIELDS, ROUTED_EXPERTS};
+use crate::format::by_handle::PAYLOAD;
 use crate::gather::{
     check_gathered, gather_from, read_choice_field, Gathered, RowFinding, RowsCheck, RowsReport,
     Store,
@@ -207,7 +208,7 @@ fn case(request: Request, mode: Mode, hostile: bool) -> Case {
             .enumerate()
         {
             choice["x-router-trace"] = json!({"hop": i});
-            if let Some(payload) = choice.get_mut("payload").and_then(Value::as_array_mut) {
+            if let Some(payload) = choice.get_mut(PAYLOAD).and_then(Value::as_array_mut) {
                 let at = i % (payload.len() + 1);
                 payload.insert(
                     at,
@@ -430,13 +431,10 @@ fn check_payload(case: &Case, c: usize, choice: &Value) -> Result<(), Mismatch> 
             .and_then(Value::as_str)
             .is_some_and(|f| DEFAULT_FIELDS.contains(&f))
     };
-    let payload = choice["payload"]
+    let payload = choice[PAYLOAD]
         .as_array()
         .ok_or_else(|| fail("merged payload is not an array".into()))?;
-    let prefix: Vec<&Value> = case.prefill["choices"][0]["payload"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let prefix: Vec<&Value> = crate::response::prefill_payload(&case.prefill)
         .filter(stitched)
         .collect();
     for (j, expected) in prefix.iter().enumerate() {
@@ -449,7 +447,7 @@ fn check_payload(case: &Case, c: usize, choice: &Value) -> Result<(), Mismatch> 
     let others = |items: &[Value]| -> Vec<Value> {
         items.iter().filter(|i| !stitched(i)).cloned().collect()
     };
-    let original = case.decode["choices"][c]["payload"]
+    let original = case.decode["choices"][c][PAYLOAD]
         .as_array()
         .map(|a| others(a))
         .unwrap_or_default();
@@ -497,7 +495,7 @@ fn source_of(case: &Case, choice: &Value, x: u64) -> String {
             }
         );
     }
-    let payload = choice["payload"]
+    let payload = choice[PAYLOAD]
         .as_array()
         .map(Vec::as_slice)
         .unwrap_or_default();

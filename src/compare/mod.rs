@@ -37,6 +37,8 @@ use serde_json::Value;
 
 use crate::algebra::{Dtype, Rows};
 use crate::fields::ROUTED_EXPERTS;
+use crate::format::by_handle::PAYLOAD;
+use crate::format::sglang::META_INFO;
 use crate::gather::{
     gather_runs_from, gather_sglang, read_choice_field, GatherError, Gathered, Store,
 };
@@ -310,7 +312,7 @@ fn csr_sides(
                 return Ok(None);
             }
         }
-        let positions: Vec<Rows> = r["choices"][choice]["payload"]
+        let positions: Vec<Rows> = r["choices"][choice][PAYLOAD]
             .as_array()
             .into_iter()
             .flatten()
@@ -378,8 +380,8 @@ fn prompt_len(
 ) -> Option<PromptLen> {
     let usage = |r: &Value| {
         r.get("usage")
-            .or_else(|| r.get("meta_info"))
-            .or_else(|| r.get(choice)?.get("meta_info"))?
+            .or_else(|| r.get(META_INFO))
+            .or_else(|| r.get(choice)?.get(META_INFO))?
             .get("prompt_tokens")?
             .as_u64()
     };
@@ -401,7 +403,7 @@ fn prefill_end(response: &Value, choice: usize, field: &str) -> Option<u64> {
     let items = response
         .get("choices")?
         .get(choice)?
-        .get("payload")?
+        .get(PAYLOAD)?
         .as_array()?;
     let mut segments = items.iter().filter(|item| {
         item.get("field").and_then(Value::as_str) == Some(field)

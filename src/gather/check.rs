@@ -13,6 +13,7 @@ use crate::algebra::{check_layout, Dtype, LayoutProblem, Segment};
 use crate::codec::Form;
 use crate::error::{describe, Location, Side};
 use crate::fields::ROUTED_EXPERTS;
+use crate::format::by_handle::PAYLOAD;
 use crate::format::inline;
 use crate::reading::{FieldTable, Layout};
 use crate::response::item_at;
@@ -126,7 +127,7 @@ pub fn check_with(response: &Value, store: &Store, row_shape: Option<(u64, u64)>
 }
 
 fn check_payload(choice: &Map<String, Value>, i: usize, store: &Store, report: &mut CheckReport) {
-    let items = match choice.get("payload") {
+    let items = match choice.get(PAYLOAD) {
         None | Some(Value::Null) => return,
         Some(Value::Array(items)) => items,
         Some(other) => {

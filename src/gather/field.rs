@@ -8,6 +8,7 @@ use serde_json::Value;
 use crate::algebra::Segment;
 use crate::error::{Location, Side};
 use crate::fields::ROUTED_EXPERTS;
+use crate::format::by_handle::PAYLOAD;
 use crate::format::inline;
 use crate::reading::{read_segments, ByteRequest, FieldTable, ReadError, ReadOptions, Reading};
 use crate::response::item_at;
@@ -86,7 +87,7 @@ pub fn read_choice_field(
     store: &Store,
 ) -> Result<Option<Reading>, GatherError> {
     let object = choice_object(response, choice)?;
-    let items = match object.get("payload") {
+    let items = match object.get(PAYLOAD) {
         Some(Value::Array(items)) => items.as_slice(),
         _ => &[],
     };

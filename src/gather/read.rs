@@ -14,7 +14,7 @@ use crate::algebra::{Dtype, Rows, Segment};
 use crate::codec::{Form, NpyError};
 use crate::error::{describe, Error, Location, Side};
 use crate::fields::ROUTED_EXPERTS;
-use crate::format::by_handle::Keys;
+use crate::format::by_handle::{Keys, PAYLOAD};
 use crate::format::inline;
 use crate::json::choice_at;
 use crate::response::item_at;
@@ -344,12 +344,12 @@ fn field_segments(
     index: usize,
     field: &str,
 ) -> Result<Vec<(usize, Segment<String>)>, GatherError> {
-    let items = match choice.get("payload") {
+    let items = match choice.get(PAYLOAD) {
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Array(items)) => items,
         Some(other) => {
             return Err(Error::Structure {
-                at: choice_at(Side::Response, index).key("payload"),
+                at: choice_at(Side::Response, index).key(PAYLOAD),
                 expected: "an array or null",
                 got: describe(Some(other)),
             }

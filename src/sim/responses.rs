@@ -6,6 +6,7 @@ use std::io;
 use serde_json::{json, Value};
 
 use crate::fields::{ROUTED_EXPERTS, ROUTED_EXPERT_WEIGHTS};
+use crate::format::by_handle::PAYLOAD;
 use crate::format::inline;
 use crate::gather::Store;
 use crate::reading::{SAMPLING_MASK, SAMPLING_MASK_LOGPROBS};
@@ -97,7 +98,7 @@ impl Request {
                     0,
                 ));
                 payload.extend(files.masks(&mask_file, self, c, p, p + self.completion, &[]));
-                json!({"index": c, "payload": payload})
+                json!({"index": c, PAYLOAD: payload})
             })
             .collect();
         let prefill_at: Vec<u64> = self
@@ -158,7 +159,7 @@ impl Request {
                     splits,
                     self.reemit,
                 ));
-                json!({"index": c, "payload": payload})
+                json!({"index": c, PAYLOAD: payload})
             })
             .collect();
         files.flush(store)?;
@@ -184,7 +185,7 @@ impl Request {
         let others = |choices: &[Value], c: usize| -> Value {
             let payload = choices
                 .get(c)
-                .and_then(|choice| choice["payload"].as_array())
+                .and_then(|choice| choice[PAYLOAD].as_array())
                 .map(|items| {
                     items
                         .iter()
@@ -199,12 +200,12 @@ impl Request {
             let choices = values
                 .into_iter()
                 .enumerate()
-                .map(|(c, v)| json!({"index": c, ROUTED_EXPERTS: v, "payload": others(by_handle, c)}))
+                .map(|(c, v)| json!({"index": c, ROUTED_EXPERTS: v, PAYLOAD: others(by_handle, c)}))
                 .collect();
             response(id, choices)
         };
 
-        let prefill_choices = vec![json!({"index": 0, "payload": prefill_payload})];
+        let prefill_choices = vec![json!({"index": 0, PAYLOAD: prefill_payload})];
         let compact_rows =
             |rows: &[u8], from: u64| rows[(from as usize) * self.row_bytes()..].to_vec();
         let compact_form = Responses {

@@ -6,6 +6,7 @@
 //! or streamed. Either way an answer becomes one JSON response that
 //! `pd_stitch::compare` reads, with each choice's generated tokens beside it.
 
+use pd_stitch::places::{Holder, Holds, RowsKind, PLACES};
 use pd_stitch::ROUTED_EXPERTS;
 use serde_json::{json, Map, Value};
 
@@ -134,21 +135,15 @@ impl Engine {
                 Engine::Vllm => (
                     item.get("token_ids"),
                     item.get(ROUTED_EXPERTS).is_some_and(|v| !v.is_null())
-                        || item
-                            .get("payload")
-                            .and_then(Value::as_array)
-                            .is_some_and(|p| {
-                                p.iter().any(|s| {
-                                    s.get("field").and_then(Value::as_str) == Some(ROUTED_EXPERTS)
-                                })
-                            }),
+                        || by_handle(item).and_then(Value::as_array).is_some_and(|p| {
+                            p.iter().any(|s| {
+                                s.get("field").and_then(Value::as_str) == Some(ROUTED_EXPERTS)
+                            })
+                        }),
                 ),
                 Engine::Sglang => (
                     item.get("output_ids"),
-                    item.get("meta_info")
-                        .and_then(|m| m.get(ROUTED_EXPERTS))
-                        .or_else(|| item.get("sglext").and_then(|m| m.get(ROUTED_EXPERTS)))
-                        .is_some_and(|v| !v.is_null()),
+                    sglang_rows(item).is_some_and(|v| !v.is_null()),
                 ),
             };
             if !has_rows {
@@ -160,7 +155,7 @@ impl Engine {
         }
         let prompt_tokens = match self {
             Engine::Vllm => response.get("usage"),
-            Engine::Sglang => items.first().and_then(|item| item.get("meta_info")),
+            Engine::Sglang => items.first().and_then(|item| generate_meta(item)),
         }
         .and_then(|u| u.get("prompt_tokens"))
         .and_then(Value::as_u64);
@@ -170,6 +165,46 @@ impl Engine {
             prompt_tokens,
         })
     }
+}
+
+/// A vLLM choice's segments by handle (null included), at the choice's place
+/// of rows by handle in the library's table of where rows sit
+/// (`pd_stitch::places`): probe reads the engines' keys from the table, as
+/// the Python binding does, rather than spell them again.
+fn by_handle(choice: &Value) -> Option<&Value> {
+    PLACES
+        .iter()
+        .filter(|p| p.holder == Holder::Choice && p.holds == Holds::Rows(RowsKind::ByHandle))
+        .find_map(|p| choice.get(p.key))
+}
+
+/// The places of SGLang's rows in an output's member objects, each as
+/// (member, key), in the table's order: `/generate`'s `meta_info` first,
+/// then the OpenAI answers' `sglext`.
+fn sglang_places() -> impl Iterator<Item = (&'static str, &'static str)> {
+    PLACES.iter().filter_map(|p| match (p.holder, p.holds) {
+        (Holder::Member(member), Holds::Rows(RowsKind::Sglang)) => Some((member, p.key)),
+        _ => None,
+    })
+}
+
+/// An SGLang output's rows (null included): at the first of its places the
+/// output has.
+fn sglang_rows(output: &Value) -> Option<&Value> {
+    sglang_places().find_map(|(member, key)| output.get(member)?.get(key))
+}
+
+/// An SGLang `/generate` output's metadata (`meta_info`), which holds its
+/// rows and their counts: the member of the first place of SGLang's rows.
+fn generate_meta(output: &Value) -> Option<&Value> {
+    let (member, _) = sglang_places().next()?;
+    output.get(member)
+}
+
+/// An SGLang `/generate` output's rows (null included), in its metadata.
+fn generate_rows(output: &Value) -> Option<&Value> {
+    let (member, key) = sglang_places().next()?;
+    output.get(member)?.get(key)
 }
 
 /// A JSON array of token ids, when it is one.
@@ -218,7 +253,7 @@ fn vllm_stream(chunks: &[Value]) -> Result<Value, String> {
                 tokens.extend(ids.iter().cloned());
             }
             let carries_rows = choice.get(ROUTED_EXPERTS).is_some_and(|v| !v.is_null())
-                || choice.get("payload").is_some_and(|v| !v.is_null());
+                || by_handle(choice).is_some_and(|v| !v.is_null());
             if carries_rows {
                 let mut object = choice.as_object().cloned().unwrap_or_default();
                 for key in ["index", "finish_reason", "token_ids"] {
@@ -270,16 +305,11 @@ fn sglang_stream(events: &[Value]) -> Result<Value, String> {
                 tokens.extend(ids.iter().cloned());
             }
         }
-        let carries_rows = event
-            .get("meta_info")
-            .and_then(|m| m.get(ROUTED_EXPERTS))
-            .is_some_and(|v| !v.is_null());
+        let carries_rows = generate_rows(event).is_some_and(|v| !v.is_null());
         if carries_rows
-            || kept.as_ref().is_none_or(|kept| {
-                kept.get("meta_info")
-                    .and_then(|m| m.get(ROUTED_EXPERTS))
-                    .is_none_or(Value::is_null)
-            })
+            || kept
+                .as_ref()
+                .is_none_or(|kept| generate_rows(kept).is_none_or(Value::is_null))
         {
             *kept = Some(event.clone());
         }
@@ -366,6 +396,29 @@ mod tests {
             Engine::Vllm.stream(&rowless).unwrap_err(),
             "choice 0 carries no routed_experts rows (is routing replay on, and asked for?)"
         );
+    }
+
+    /// The helpers read the engines' keys from the library's table; its
+    /// order says which of SGLang's places is `/generate`'s.
+    #[test]
+    fn the_table_gives_probe_the_engines_keys() {
+        assert_eq!(
+            sglang_places().collect::<Vec<_>>(),
+            [
+                ("meta_info", "routed_experts"),
+                ("sglext", "routed_experts")
+            ]
+        );
+        let output = json!({"meta_info": {"prompt_tokens": 3, "routed_experts": "AAAA"},
+                            "sglext": {"routed_experts": "BBBB"}});
+        assert_eq!(generate_meta(&output), Some(&output["meta_info"]));
+        assert_eq!(generate_rows(&output), Some(&json!("AAAA")));
+        assert_eq!(sglang_rows(&output), Some(&json!("AAAA")));
+        let openai = json!({"sglext": {"routed_experts": "BBBB"}});
+        assert_eq!(sglang_rows(&openai), Some(&json!("BBBB")));
+        assert_eq!(generate_rows(&openai), None);
+        let choice = json!({"payload": [], "routed_experts": null});
+        assert_eq!(by_handle(&choice), Some(&json!([])));
     }
 
     #[test]

@@ -6,7 +6,9 @@
 use serde_json::{json, Value};
 
 use crate::algebra::Convention;
+use crate::fields::ROUTED_EXPERTS;
 use crate::format::inline::encode_base64;
+use crate::format::sglang::{META_INFO, SGLEXT, SGL_EXT};
 
 pub use crate::format::sglang::Api;
 
@@ -348,7 +350,7 @@ fn output(api: Api, prompt: u64, completion: u64, rows: &str, role: Role) -> Val
         Api::Generate => json!({
             "text": text,
             "output_ids": (0..completion).collect::<Vec<_>>(),
-            "meta_info": {
+            META_INFO: {
                 "id": "req-0",
                 "finish_reason": {
                     "type": "length",
@@ -362,7 +364,7 @@ fn output(api: Api, prompt: u64, completion: u64, rows: &str, role: Role) -> Val
                 "cached_tokens": 0,
                 "weight_versions": [{"version": "default", "start": 0, "end": completion}],
                 "cached_tokens_details": null,
-                "routed_experts": rows,
+                ROUTED_EXPERTS: rows,
                 "dp_rank": null,
                 "e2e_latency": 0.125,
                 "response_sent_to_client_ts": 1_764_547_200.25,
@@ -375,7 +377,7 @@ fn output(api: Api, prompt: u64, completion: u64, rows: &str, role: Role) -> Val
                 "finish_reason": "length",
             });
             if api == Api::ChoiceExt {
-                choice["sgl_ext"] = json!({"routed_experts": rows});
+                choice[SGL_EXT] = json!({ROUTED_EXPERTS: rows});
             }
             let mut response = json!({
                 "id": "chatcmpl-0",
@@ -390,7 +392,7 @@ fn output(api: Api, prompt: u64, completion: u64, rows: &str, role: Role) -> Val
                 },
             });
             if api == Api::ResponseExt {
-                response["sglext"] = json!({"routed_experts": rows});
+                response[SGLEXT] = json!({ROUTED_EXPERTS: rows});
             }
             response
         }
