@@ -168,11 +168,14 @@ pub use error::{Error, ErrorKind, Location, Side, Step};
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-// The table of where rows sit: public for the Python binding's skeleton
-// and the test that walks it, not part of the stable API.
 pub use fields::{DEFAULT_FIELDS, ROUTED_EXPERTS, ROUTED_EXPERT_WEIGHTS};
+/// The table of where rows sit: public for the Python binding's skeleton,
+/// `probe` and the test that walks it, not part of the stable API.
 #[doc(hidden)]
-pub use format::places;
+pub mod places {
+    pub use crate::format::places::{Holder, Holds, Place, RowsKind};
+    pub use crate::format::{every_place as all, keys_of, object_holders};
+}
 pub use stitch::Stitch;
 pub use stitcher::{
     merge_routed_experts_for_pd, merge_routed_experts_in_json, merge_routed_payload_in_json,

@@ -95,10 +95,14 @@ impl Planned {
 /// # Errors
 ///
 /// [`Error::Layout`] for the first field (in `fields` order) that breaks it.
+///
+/// `payload_at(side, choice)` is where a choice's payload is: the by-handle
+/// format's place, which it knows and this rule does not.
 pub(crate) fn check<S: AsRef<str>>(
     fields: &[S],
     planned: &Planned,
     choice: usize,
+    payload_at: fn(Side, usize) -> Location,
 ) -> Result<(), Error> {
     for (f, field) in fields.iter().enumerate() {
         let of_field = || planned.segments.iter().filter(move |s| s.field == f);
@@ -118,16 +122,9 @@ pub(crate) fn check<S: AsRef<str>>(
         let (Some(first), Some(second)) = (nth(a), nth(b)) else {
             continue; // cannot happen: the rule names segments it was given
         };
-        let payload = Location::root(Side::Decode)
-            .key("choices")
-            .index(choice)
-            .key("payload");
+        let payload = payload_at(Side::Decode, choice);
         let origin = |s: &PlannedSegment| match s.origin {
-            Origin::Prefill(j) => Location::root(Side::Prefill)
-                .key("choices")
-                .index(0)
-                .key("payload")
-                .index(j),
+            Origin::Prefill(j) => payload_at(Side::Prefill, 0).index(j),
             Origin::Decode(j) => payload.clone().index(j),
         };
         return Err(Error::Layout {

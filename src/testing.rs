@@ -434,7 +434,7 @@ fn check_payload(case: &Case, c: usize, choice: &Value) -> Result<(), Mismatch> 
     let payload = choice[PAYLOAD]
         .as_array()
         .ok_or_else(|| fail("merged payload is not an array".into()))?;
-    let prefix: Vec<&Value> = crate::response::prefill_payload(&case.prefill)
+    let prefix: Vec<&Value> = crate::format::by_handle::prefill_payload(&case.prefill)
         .filter(stitched)
         .collect();
     for (j, expected) in prefix.iter().enumerate() {

@@ -15,7 +15,7 @@ use std::borrow::Cow;
 use crate::algebra::{row_bytes, Cuts, Dtype, Extent};
 use crate::error::{Error, Location, Side};
 use crate::json::{self, choice_at};
-use crate::response::{item_at, prefill_payload};
+use crate::response::prefill_choice;
 use crate::strict::{Origin, Planned};
 use crate::view::{describe_view, Kind, View};
 
@@ -38,6 +38,29 @@ pub(crate) struct PrefillSegments<V> {
     /// Strict mode's record of the merged payload being planned, from
     /// [`Format::prepare`] on.
     strict: Option<Planned>,
+}
+
+/// `side choices[choice].payload`.
+fn payload_at(side: Side, choice: usize) -> Location {
+    choice_at(side, choice).key(PAYLOAD)
+}
+
+/// `side choices[choice].payload[item]`.
+pub(crate) fn item_at(side: Side, choice: usize, item: usize) -> Location {
+    payload_at(side, choice).index(item)
+}
+
+/// The items of `prefill.choices[0].payload`; none when any step of that
+/// path is missing or of another type. The prefill side is read leniently: a
+/// prefill without usable segments simply has none, and if the decode has
+/// rows that need them, that is reported as
+/// [`Error::MissingPrefillField`].
+pub(crate) fn prefill_payload<'a, V: View<'a>>(prefill: V) -> impl Iterator<Item = V> + 'a {
+    prefill_choice(prefill)
+        .and_then(|choice| choice.get(PAYLOAD))
+        .and_then(View::elements)
+        .into_iter()
+        .flatten()
 }
 
 /// Rows by handle, as a [`Format`].
@@ -190,7 +213,7 @@ impl<'p, V: View<'p>> PrefillSegments<V> {
             }
         };
         if let Some(planned) = strict {
-            let checked = crate::strict::check(fields, planned, i);
+            let checked = crate::strict::check(fields, planned, i, payload_at);
             planned.reset();
             checked?;
         }

@@ -35,7 +35,7 @@ use crate::view::View;
 use by_handle::ByHandle;
 use end_anchored::Counts;
 use inline::Inline;
-use places::{Place, RowsKind};
+use places::{Holder, Holds, Place, RowsKind};
 use sglang::Sglang;
 
 /// Every format, in the order the plan runs them: inline rows, rows by
@@ -44,8 +44,57 @@ use sglang::Sglang;
 pub(crate) type All = (Inline, (ByHandle, (Sglang, ())));
 
 /// Where each format's rows and counts sit, in the order of [`All`]: the
-/// table [`places::all`] reads.
+/// table [`every_place`] reads.
 const PLACES: &[&[Place]] = &[Inline::PLACES, ByHandle::PLACES, Sglang::PLACES];
+
+/// Every place, each format's in the order of the formats (a place two
+/// formats read is listed by each).
+pub fn every_place() -> impl Iterator<Item = &'static Place> {
+    PLACES.iter().flat_map(|places| places.iter())
+}
+
+/// Whether the response's member `key` is an object holding places.
+#[inline]
+pub(crate) fn is_member_holder(key: &[u8]) -> bool {
+    every_place().any(|p| matches!(p.holder, Holder::Member(m) if m.as_bytes() == key))
+}
+
+/// Whether a choice's member `key` is an object holding places.
+#[inline]
+pub(crate) fn is_choice_member_holder(key: &[u8]) -> bool {
+    every_place().any(|p| matches!(p.holder, Holder::ChoiceMember(m) if m.as_bytes() == key))
+}
+
+/// Whether a choice's member `key` holds rows.
+#[inline]
+pub(crate) fn is_choice_rows(key: &[u8]) -> bool {
+    every_place()
+        .any(|p| p.holder == Holder::Choice && p.key.as_bytes() == key && p.holds != Holds::Count)
+}
+
+/// The keys of the places that `holder` holds, each once, in the table's
+/// order.
+pub fn keys_of(holder: Holder) -> impl Iterator<Item = &'static str> {
+    let mut keys: Vec<&'static str> = Vec::new();
+    for place in every_place().filter(|p| p.holder == holder) {
+        if !keys.contains(&place.key) {
+            keys.push(place.key);
+        }
+    }
+    keys.into_iter()
+}
+
+/// The holders that are objects (of a choice, or of the response), each
+/// once, in the table's order.
+pub fn object_holders() -> impl Iterator<Item = Holder> {
+    let mut holders: Vec<Holder> = Vec::new();
+    for place in every_place().filter(|p| p.holder != Holder::Choice) {
+        if !holders.contains(&place.holder) {
+            holders.push(place.holder);
+        }
+    }
+    holders.into_iter()
+}
 
 /// How a merge is made: the stitched fields, which rows ([`Stitch`]: both
 /// kinds, or inline or by-handle rows alone), and whether merged layouts are
@@ -325,5 +374,39 @@ impl<F: Format, R: Formats> Formats for (F, R) {
             F::plan_response(prefill, spec, decode, out)?;
         }
         R::plan_response(&mut read.1, spec, decode, out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use places::Holder;
+
+    #[test]
+    fn the_table_s_questions_answer_from_it() {
+        assert!(is_member_holder(b"meta_info") && is_member_holder(b"usage"));
+        assert!(!is_member_holder(b"choices") && !is_member_holder(b"sgl_ext"));
+        assert!(is_choice_member_holder(b"sgl_ext") && !is_choice_member_holder(b"meta_info"));
+        assert!(is_choice_rows(b"payload") && is_choice_rows(b"routed_experts"));
+        assert!(!is_choice_rows(b"token_ids"));
+        let usage = Holder::Member("usage");
+        let meta_info = Holder::Member("meta_info");
+        assert_eq!(
+            object_holders().collect::<Vec<_>>(),
+            [
+                usage,
+                meta_info,
+                Holder::Member("sglext"),
+                Holder::ChoiceMember("sgl_ext")
+            ]
+        );
+        assert_eq!(
+            keys_of(usage).collect::<Vec<_>>(),
+            ["prompt_tokens", "completion_tokens"]
+        );
+        assert_eq!(
+            keys_of(meta_info).collect::<Vec<_>>(),
+            ["routed_experts", "prompt_tokens", "completion_tokens"]
+        );
     }
 }

@@ -14,10 +14,10 @@ use crate::algebra::{Dtype, Rows, Segment};
 use crate::codec::{Form, NpyError};
 use crate::error::{describe, Error, Location, Side};
 use crate::fields::ROUTED_EXPERTS;
+use crate::format::by_handle::item_at;
 use crate::format::by_handle::{Keys, PAYLOAD};
 use crate::format::inline;
 use crate::json::choice_at;
-use crate::response::item_at;
 
 use super::{GatherError, Store};
 

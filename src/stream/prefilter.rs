@@ -2,6 +2,7 @@
 //! found without parsing (module doc of [`super`]).
 
 use crate::fields::ROUTED_EXPERTS;
+use crate::format::by_handle::PAYLOAD;
 
 /// The prefilter: where in `bytes` the first needle that may mark rows
 /// starts (`bytes.len()` when none): a `routed_experts` that is not a null
@@ -26,6 +27,7 @@ pub(super) fn next_suspect(bytes: &[u8]) -> usize {
     const X: usize = 8;
     const Y: usize = 2;
     debug_assert_eq!(ROUTED_EXPERTS.as_bytes()[X], b'x');
+    debug_assert_eq!(PAYLOAD.as_bytes()[Y], b'y');
     let first = memchr::memchr2_iter(b'x', b'y', bytes)
         .find_map(|at| {
             if bytes[at] == b'x' {
@@ -34,7 +36,9 @@ pub(super) fn next_suspect(bytes: &[u8]) -> usize {
                 (!null_member(rest)).then_some(start)
             } else {
                 let start = at.checked_sub(Y)?;
-                bytes[start..].starts_with(b"payload").then_some(start)
+                bytes[start..]
+                    .starts_with(PAYLOAD.as_bytes())
+                    .then_some(start)
             }
         })
         .unwrap_or(bytes.len());

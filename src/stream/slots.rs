@@ -4,7 +4,8 @@
 
 use crate::bytes::{Doc, ScannedValue};
 use crate::format::by_handle::Keys;
-use crate::format::places::{self, Holder, Holds, RowsKind};
+use crate::format::every_place;
+use crate::format::places::{Holder, Holds, RowsKind};
 use crate::view::{Kind, View};
 
 /// Where an event's rows sit, to find a second rows event for the same.
@@ -55,7 +56,7 @@ fn output_slots(fields: &[&str], output: ScannedValue<'_>, position: u64, slots:
     if let Some(choices) = output.get("choices").and_then(View::elements) {
         for (i, choice) in choices.enumerate() {
             if holds_rows(fields, choice, Holder::Choice)
-                || places::all().any(|p| match p.holder {
+                || every_place().any(|p| match p.holder {
                     Holder::ChoiceMember(member) => {
                         holds_rows(fields, object(choice.get(member)), p.holder)
                     }
@@ -66,7 +67,7 @@ fn output_slots(fields: &[&str], output: ScannedValue<'_>, position: u64, slots:
             }
         }
     }
-    for place in places::all() {
+    for place in every_place() {
         if let Holder::Member(member) = place.holder {
             if holds_rows(fields, object(output.get(member)), place.holder) {
                 let index = output.get("index").and_then(View::as_u64);
@@ -92,7 +93,7 @@ fn holds_rows<'a>(
     let Some(object) = object.into() else {
         return false;
     };
-    places::all()
+    every_place()
         .filter(|p| p.holder == holder)
         .any(|p| match p.holds {
             Holds::Count => false,

@@ -6,7 +6,7 @@
 //! or streamed. Either way an answer becomes one JSON response that
 //! `pd_stitch::compare` reads, with each choice's generated tokens beside it.
 
-use pd_stitch::places::{Holder, Holds, RowsKind, PLACES};
+use pd_stitch::places::{self, Holder, Holds, RowsKind};
 use pd_stitch::ROUTED_EXPERTS;
 use serde_json::{json, Map, Value};
 
@@ -172,8 +172,7 @@ impl Engine {
 /// (`pd_stitch::places`): probe reads the engines' keys from the table, as
 /// the Python binding does, rather than spell them again.
 fn by_handle(choice: &Value) -> Option<&Value> {
-    PLACES
-        .iter()
+    places::all()
         .filter(|p| p.holder == Holder::Choice && p.holds == Holds::Rows(RowsKind::ByHandle))
         .find_map(|p| choice.get(p.key))
 }
@@ -182,7 +181,7 @@ fn by_handle(choice: &Value) -> Option<&Value> {
 /// (member, key), in the table's order: `/generate`'s `meta_info` first,
 /// then the OpenAI answers' `sglext`.
 fn sglang_places() -> impl Iterator<Item = (&'static str, &'static str)> {
-    PLACES.iter().filter_map(|p| match (p.holder, p.holds) {
+    places::all().filter_map(|p| match (p.holder, p.holds) {
         (Holder::Member(member), Holds::Rows(RowsKind::Sglang)) => Some((member, p.key)),
         _ => None,
     })
