@@ -91,12 +91,16 @@
 //!   [`NpyError`] say more about inline rows.
 //!
 //! Inside, the files stand in layers, each importing only from its own or
-//! those below: the algebra; the codecs of rows (base64, `.npy`, merged
-//! text); the errors; the response as read; the formats of rows (by handle,
-//! inline, SGLang) and [`Stitch`]; the one plan of a merge; its adapters to
-//! `serde_json::Value` and to [`bytes`]; [`Stitcher`]; [`stream`]; this root;
-//! and the verifiers on top. `scripts/layering.py` checks the order; the
-//! README's "Layout" places every file.
+//! those below, and the folders name them: `algebra/`; `codec/` (base64,
+//! `.npy`, merged text); `error/`; the response as read, and the patches a
+//! merge writes into it (`patch.rs`); `format/`, the kinds of rows (by
+//! handle, inline, vLLM 0.32's end anchoring, SGLang), each one file behind
+//! one trait, with the one table of where rows sit, and [`Stitch`];
+//! `merge/`, the one plan, which runs every format and collects its
+//! patches; the adapters that apply the patches to a `serde_json::Value`
+//! and to [`bytes`], knowing no kind of rows; [`Stitcher`]; [`stream`];
+//! this root; and the verifiers on top. `scripts/layering.py` checks the
+//! order; the README's "Layout" places every file.
 //!
 //! # Cargo features
 //!
