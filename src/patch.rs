@@ -18,6 +18,8 @@
 //! plan read (or, for a member or an array that is added, the object that
 //! gets it), so applying them cannot fail.
 
+use std::rc::Rc;
+
 use crate::codec::text::Text;
 use crate::error::{Location, Side};
 use crate::view::View;
@@ -137,9 +139,10 @@ pub(crate) enum Item {
     Keep,
     /// It is left out.
     Drop,
-    /// It stays, with these number members rewritten (the last occurrence
-    /// of a repeated key, the one a JSON reader keeps; added when missing).
-    Set([(&'static str, u64); 3]),
+    /// It stays, with the patch's number members set to these (the last
+    /// occurrence of a repeated key, the one a JSON reader keeps; added
+    /// when missing).
+    Set([u64; 3]),
 }
 
 /// One change to the decode response. `P` is a value of the prefill, as the
@@ -161,11 +164,13 @@ pub(crate) enum Patch<P> {
     },
     /// The array at `at` (a member of an object; added as its last member
     /// when missing, replacing it when null) becomes the values `prefix`,
-    /// then the decode's own elements as `items` says.
+    /// then the decode's own elements as `items` says, an [`Item::Set`]
+    /// setting the members `numbers` names.
     Array {
         at: Path,
-        prefix: Vec<P>,
+        prefix: Rc<[P]>,
         items: Vec<Item>,
+        numbers: [&'static str; 3],
     },
 }
 

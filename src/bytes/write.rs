@@ -35,12 +35,17 @@ pub(crate) fn edits<'p>(patches: Vec<Patch<ScannedValue<'p>>>, doc: &Doc<'_>) ->
                     }
                 }
             }
-            Patch::Array { at, prefix, items } => {
+            Patch::Array {
+                at,
+                prefix,
+                items,
+                numbers,
+            } => {
                 let Some((holder, Hop::Key(key))) = at.split_last() else {
                     continue;
                 };
                 if let Some(object) = holder.find(root) {
-                    let text = array_text(object.get(key), &prefix, &items);
+                    let text = array_text(object.get(key), &prefix, &items, numbers);
                     edits.push(member_edit(object, key, &text));
                 }
             }
@@ -78,11 +83,13 @@ fn member_edit<'p>(object: ScannedValue<'_>, key: &str, text: &[u8]) -> Edit<'p>
 }
 
 /// The text of a rebuilt array: `prefix`, then the elements of `old` (when
-/// it is an array) as `items` says.
+/// it is an array) as `items` says, the members `numbers` names set where
+/// it says so.
 fn array_text(
     old: Option<ScannedValue<'_>>,
     prefix: &[ScannedValue<'_>],
     items: &[Item],
+    numbers: [&str; 3],
 ) -> Vec<u8> {
     let mut text = Vec::new();
     text.push(b'[');
@@ -102,9 +109,9 @@ fn array_text(
                 text.extend_from_slice(element.text());
             }
             Item::Drop => {}
-            Item::Set(numbers) => {
+            Item::Set(values) => {
                 separate(&mut text);
-                with_numbers(element, numbers, &mut text);
+                with_numbers(element, numbers, values, &mut text);
             }
         }
     }
@@ -119,13 +126,14 @@ fn separate(text: &mut Vec<u8>) {
     }
 }
 
-/// Appends the text of the object `element` with the values of `numbers`
-/// rewritten (their last occurrence, the one a JSON reader keeps).
-fn with_numbers(element: ScannedValue<'_>, numbers: [(&str, u64); 3], out: &mut Vec<u8>) {
+/// Appends the text of the object `element` with its members `keys` set to
+/// `values` (their last occurrence, the one a JSON reader keeps).
+fn with_numbers(element: ScannedValue<'_>, keys: [&str; 3], values: [u64; 3], out: &mut Vec<u8>) {
     let base = element.span().start;
-    let mut spans: Vec<(Range<usize>, u64)> = numbers
-        .iter()
-        .filter_map(|&(key, value)| Some((element.get(key)?.span(), value)))
+    let mut spans: Vec<(Range<usize>, u64)> = keys
+        .into_iter()
+        .zip(values)
+        .filter_map(|(key, value)| Some((element.get(key)?.span(), value)))
         .collect();
     spans.sort_by_key(|(span, _)| span.start);
     let text = element.text();

@@ -11,6 +11,7 @@
 //! geometry is an [`Extent`], a `Copy` value.
 
 use std::borrow::Cow;
+use std::rc::Rc;
 
 use crate::algebra::{row_bytes, Cuts, Dtype, Extent};
 use crate::error::{Error, Location, Side};
@@ -30,7 +31,8 @@ pub(crate) const PAYLOAD: &str = "payload";
 /// into every decode choice as they are) and their cuts.
 pub(crate) struct PrefillSegments<V> {
     /// The prefill's stitched segments, in payload order.
-    prefix: Vec<V>,
+    /// Shared by every choice's patch, so that a choice costs no copy.
+    prefix: Rc<[V]>,
     /// The payload index of each segment of `prefix` (for strict mode's
     /// errors).
     prefix_index: Vec<usize>,
@@ -39,6 +41,9 @@ pub(crate) struct PrefillSegments<V> {
     /// [`Format::prepare`] on.
     strict: Option<Planned>,
 }
+
+/// The members of a segment a clip rewrites ([`Item::Set`]).
+const CLIPPED: [&str; 3] = ["pos", "rows", "offset"];
 
 /// `side choices[choice].payload`.
 fn payload_at(side: Side, choice: usize) -> Location {
@@ -115,8 +120,9 @@ impl Format for ByHandle {
         let items = prefill.plan(spec.fields, choice, i)?;
         out.push(Patch::Array {
             at: Path::ROOT.key("choices").index(i).key(PAYLOAD),
-            prefix: prefill.prefix.clone(),
+            prefix: Rc::clone(&prefill.prefix),
             items,
+            numbers: CLIPPED,
         });
         Ok(())
     }
@@ -142,7 +148,7 @@ impl<'p, V: View<'p>> PrefillSegments<V> {
             return Ok(None);
         }
         Ok(Some(PrefillSegments {
-            prefix,
+            prefix: prefix.into(),
             prefix_index,
             cuts,
             strict: None,
@@ -443,10 +449,6 @@ fn fate<'d, S: AsRef<str>, D: View<'d>>(
         None => Item::Drop,
         Some(kept) if kept.pos() == extent.pos() => Item::Keep,
         // Clipped: its first rows are the prefill's.
-        Some(kept) => Item::Set([
-            ("pos", kept.pos()),
-            ("rows", kept.rows()),
-            ("offset", kept.offset()),
-        ]),
+        Some(kept) => Item::Set([kept.pos(), kept.rows(), kept.offset()]),
     })
 }

@@ -5,8 +5,9 @@
 //! The plan (`crate::merge`) knows no format by name: it runs [`All`], the
 //! list of formats below, in its order, and collects what each would write
 //! as [`Patch`]es, which the adapters apply without knowing any kind of
-//! rows. A new convention is a new file here, and its row of [`All`] and
-//! of the table of places.
+//! rows. A new convention is a new file here and its row of [`All`]; the
+//! table of where rows sit ([`every_place`]) is the formats' own lists of
+//! places, read through [`All`].
 //!
 //! - [`by_handle`]: `choices[i].payload`, segments pointing into shared files;
 //! - [`inline`]: vLLM's and prime-rl's `choices[i].routed_experts`, compact
@@ -27,6 +28,8 @@ pub(crate) mod inline;
 pub mod places;
 pub(crate) mod sglang;
 
+use std::sync::OnceLock;
+
 use crate::error::Error;
 use crate::patch::Patch;
 use crate::stitch::Stitch;
@@ -43,33 +46,63 @@ use sglang::Sglang;
 /// its own types and no dynamic call.
 pub(crate) type All = (Inline, (ByHandle, (Sglang, ())));
 
-/// Where each format's rows and counts sit, in the order of [`All`]: the
-/// table [`every_place`] reads.
-const PLACES: &[&[Place]] = &[Inline::PLACES, ByHandle::PLACES, Sglang::PLACES];
-
 /// Every place, each format's in the order of the formats (a place two
 /// formats read is listed by each).
 pub fn every_place() -> impl Iterator<Item = &'static Place> {
-    PLACES.iter().flat_map(|places| places.iter())
+    All::places()
+}
+
+/// The keys the scanner asks about, read from the table once: it asks for
+/// every member of the objects it records, so each answer is a look over a
+/// few keys rather than a walk of the table.
+struct Keys {
+    /// The response's members that are objects holding places.
+    member_holders: Vec<&'static [u8]>,
+    /// A choice's members that are objects holding places.
+    choice_member_holders: Vec<&'static [u8]>,
+    /// A choice's members that hold rows.
+    choice_rows: Vec<&'static [u8]>,
+}
+
+fn keys() -> &'static Keys {
+    static KEYS: OnceLock<Keys> = OnceLock::new();
+    KEYS.get_or_init(|| {
+        let mut keys = Keys {
+            member_holders: Vec::new(),
+            choice_member_holders: Vec::new(),
+            choice_rows: Vec::new(),
+        };
+        for place in every_place() {
+            let (list, key) = match (place.holder, place.holds) {
+                (Holder::Member(member), _) => (&mut keys.member_holders, member),
+                (Holder::ChoiceMember(member), _) => (&mut keys.choice_member_holders, member),
+                (Holder::Choice, Holds::Rows(_)) => (&mut keys.choice_rows, place.key),
+                (Holder::Choice, Holds::Count) => continue,
+            };
+            if !list.contains(&key.as_bytes()) {
+                list.push(key.as_bytes());
+            }
+        }
+        keys
+    })
 }
 
 /// Whether the response's member `key` is an object holding places.
 #[inline]
 pub(crate) fn is_member_holder(key: &[u8]) -> bool {
-    every_place().any(|p| matches!(p.holder, Holder::Member(m) if m.as_bytes() == key))
+    keys().member_holders.contains(&key)
 }
 
 /// Whether a choice's member `key` is an object holding places.
 #[inline]
 pub(crate) fn is_choice_member_holder(key: &[u8]) -> bool {
-    every_place().any(|p| matches!(p.holder, Holder::ChoiceMember(m) if m.as_bytes() == key))
+    keys().choice_member_holders.contains(&key)
 }
 
 /// Whether a choice's member `key` holds rows.
 #[inline]
 pub(crate) fn is_choice_rows(key: &[u8]) -> bool {
-    every_place()
-        .any(|p| p.holder == Holder::Choice && p.key.as_bytes() == key && p.holds != Holds::Count)
+    keys().choice_rows.contains(&key)
 }
 
 /// The keys of the places that `holder` holds, each once, in the table's
@@ -195,6 +228,9 @@ pub(crate) trait Formats {
     /// Nothing read yet.
     fn none<'p, P: View<'p>>() -> Self::Prefills<'p, P>;
 
+    /// Every place of the list's formats, each format's in the list's order.
+    fn places() -> impl Iterator<Item = &'static Place>;
+
     /// Reads the prefill's rows of the stitched formats of `level`.
     fn read<'p, S: AsRef<str>, P: View<'p>>(
         level: Level,
@@ -247,6 +283,10 @@ impl Formats for () {
     type Prefills<'p, P: View<'p>> = ();
 
     fn none<'p, P: View<'p>>() {}
+
+    fn places() -> impl Iterator<Item = &'static Place> {
+        std::iter::empty()
+    }
 
     fn read<'p, S: AsRef<str>, P: View<'p>>(
         _: Level,
@@ -304,6 +344,10 @@ impl<F: Format, R: Formats> Formats for (F, R) {
 
     fn none<'p, P: View<'p>>() -> Self::Prefills<'p, P> {
         (None, R::none())
+    }
+
+    fn places() -> impl Iterator<Item = &'static Place> {
+        F::PLACES.iter().chain(R::places())
     }
 
     fn read<'p, S: AsRef<str>, P: View<'p>>(

@@ -63,7 +63,10 @@ where
     let mut patches = Vec::new();
     if per_choice {
         All::prepare(&mut read, &spec)?;
-        for (i, choice) in decode_choices(decode)?.enumerate() {
+        let choices = decode_choices(decode)?;
+        // A patch or two per choice and format: sized once.
+        patches.reserve(2 * choices.size_hint().0);
+        for (i, choice) in choices.enumerate() {
             if choice.kind() != Kind::Object {
                 return Err(Error::Structure {
                     at: choice_at(Side::Decode, i),

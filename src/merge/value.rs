@@ -41,12 +41,17 @@ fn apply(patches: Vec<Patch<&Value>>, decode: &mut Value) {
                     }
                 }
             }
-            Patch::Array { at, prefix, items } => {
+            Patch::Array {
+                at,
+                prefix,
+                items,
+                numbers,
+            } => {
                 let Some((holder, Hop::Key(key))) = at.split_last() else {
                     continue;
                 };
                 if let Some(Value::Object(object)) = find_mut(decode, &holder) {
-                    write_array(object, key, &prefix, &items);
+                    write_array(object, key, &prefix, &items, numbers);
                 }
             }
         }
@@ -82,8 +87,14 @@ fn scalar(value: Scalar) -> Value {
 }
 
 /// Gives `object[key]` its rebuilt array: `prefix`, then the old elements as
-/// `items` says.
-fn write_array(object: &mut Map<String, Value>, key: &str, prefix: &[&Value], items: &[Item]) {
+/// `items` says, the members `numbers` names set where it says so.
+fn write_array(
+    object: &mut Map<String, Value>,
+    key: &str,
+    prefix: &[&Value],
+    items: &[Item],
+    numbers: [&str; 3],
+) {
     // Take the old elements out in place (not `remove`, which may reorder
     // the keys of a map under serde_json's `preserve_order`).
     let old = match object.get_mut(key) {
@@ -96,9 +107,9 @@ fn write_array(object: &mut Map<String, Value>, key: &str, prefix: &[&Value], it
         match *item {
             Item::Keep => merged.push(element),
             Item::Drop => {}
-            Item::Set(numbers) => {
+            Item::Set(values) => {
                 if let Value::Object(members) = &mut element {
-                    for (key, n) in numbers {
+                    for (key, n) in numbers.into_iter().zip(values) {
                         set(members, key, Value::from(n));
                     }
                 }
