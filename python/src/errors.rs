@@ -46,7 +46,7 @@ pub(crate) fn stitch_error(py: Python<'_>, err: &Error) -> PyErr {
 
 pub(crate) fn gather_error(py: Python<'_>, err: &GatherError) -> PyErr {
     match err {
-        GatherError::Json(inner) => stitch_error(py, inner),
+        GatherError::Response(inner) => stitch_error(py, inner),
         other => raise(
             py,
             other.to_string(),

@@ -42,7 +42,7 @@ use crate::format::sglang::META_INFO;
 use crate::gather::{
     gather_runs_from, gather_sglang, read_choice_field, GatherError, Gathered, Store,
 };
-use crate::reading::{FieldTable, Fill, Layout, Reading};
+use crate::reading::{FieldTable, Fill, Reading, Storage};
 
 pub use classify::{classify, Classes};
 pub use report::{Cell, Cells, ChoiceReport, Difference, PromptLen, PromptSource, Region, Report};
@@ -283,7 +283,7 @@ fn read_side(
 fn is_csr(field: &str) -> bool {
     FieldTable::trainer()
         .get(field)
-        .is_some_and(|spec| spec.layout == Layout::Csr)
+        .is_some_and(|spec| spec.storage == Storage::Csr)
 }
 
 /// Both sides of a CSR field as the trainer reads them, run by run of

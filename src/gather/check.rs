@@ -16,7 +16,7 @@ use crate::fields::ROUTED_EXPERTS;
 use crate::format::by_handle::item_at;
 use crate::format::by_handle::PAYLOAD;
 use crate::format::inline;
-use crate::reading::{FieldTable, Layout};
+use crate::reading::{FieldTable, Storage};
 
 use super::read::{coverage, segments_of};
 use super::report::{list, CheckReport, FieldReport};
@@ -179,7 +179,7 @@ fn check_field(items: &[Value], i: usize, field: &str, store: &Store) -> FieldRe
     }
     let csr = FieldTable::trainer()
         .get(field)
-        .is_some_and(|spec| spec.layout == Layout::Csr);
+        .is_some_and(|spec| spec.storage == Storage::Csr);
     if csr {
         // The labels are not read; the offsets are.
         for (j, segment) in &segments {

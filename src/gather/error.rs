@@ -17,9 +17,9 @@ pub enum GatherError {
     /// A value of the response is malformed (a segment, inline rows, the
     /// choice list).
     // Not `#[non_exhaustive]`: a transparent wrapper gains no fields, and a
-    // non-exhaustive tuple variant cannot be matched as `Json(inner)`.
+    // non-exhaustive tuple variant cannot be matched as `Response(inner)`.
     #[error(transparent)]
-    Json(#[from] Error),
+    Response(#[from] Error),
     /// The choice has no rows of the field, by handle or inline.
     #[non_exhaustive]
     #[error("response choices[{choice}]: no rows of field {field:?} (no payload segment, and no inline rows)")]
@@ -124,11 +124,11 @@ pub enum GatherError {
 
 impl GatherError {
     /// What kind of error this is, named as the variant is
-    /// ([`GatherErrorKind::as_str`]). For [`GatherError::Json`] the
+    /// ([`GatherErrorKind::as_str`]). For [`GatherError::Response`] the
     /// response's own error has a finer kind: [`Error::kind`].
     pub fn kind(&self) -> GatherErrorKind {
         match self {
-            GatherError::Json(_) => GatherErrorKind::Json,
+            GatherError::Response(_) => GatherErrorKind::Response,
             GatherError::NoRows { .. } => GatherErrorKind::NoRows,
             GatherError::Gap { .. } => GatherErrorKind::Gap,
             GatherError::Overlap { .. } => GatherErrorKind::Overlap,
@@ -142,14 +142,14 @@ impl GatherError {
     }
 
     /// The JSON value at fault, where the error is about one: the malformed
-    /// value of [`GatherError::Json`], or the segment of
+    /// value of [`GatherError::Response`], or the segment of
     /// [`GatherError::Inconsistent`], [`GatherError::Outside`],
     /// [`GatherError::ShortFile`] and [`GatherError::TooLarge`]. `None` for
     /// errors about a choice as a whole (which name it by index) or about a
     /// file (which name its path).
     pub fn location(&self) -> Option<&Location> {
         match self {
-            GatherError::Json(inner) => Some(inner.location()),
+            GatherError::Response(inner) => Some(inner.location()),
             GatherError::Inconsistent { at, .. }
             | GatherError::Outside { at, .. }
             | GatherError::ShortFile { at, .. }
@@ -167,8 +167,8 @@ impl GatherError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum GatherErrorKind {
-    /// [`GatherError::Json`].
-    Json,
+    /// [`GatherError::Response`].
+    Response,
     /// [`GatherError::NoRows`].
     NoRows,
     /// [`GatherError::Gap`].
@@ -192,7 +192,7 @@ pub enum GatherErrorKind {
 impl GatherErrorKind {
     /// Every kind, in the order of the variants of [`GatherError`].
     pub const ALL: [GatherErrorKind; 10] = [
-        GatherErrorKind::Json,
+        GatherErrorKind::Response,
         GatherErrorKind::NoRows,
         GatherErrorKind::Gap,
         GatherErrorKind::Overlap,
@@ -207,7 +207,7 @@ impl GatherErrorKind {
     /// The kind's name, which is its variant's: `"ShortFile"`.
     pub const fn as_str(self) -> &'static str {
         match self {
-            GatherErrorKind::Json => "Json",
+            GatherErrorKind::Response => "Response",
             GatherErrorKind::NoRows => "NoRows",
             GatherErrorKind::Gap => "Gap",
             GatherErrorKind::Overlap => "Overlap",

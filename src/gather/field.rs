@@ -76,7 +76,7 @@ pub fn read_field(
 ///
 /// # Errors
 ///
-/// As [`read_field`], and [`GatherError::Json`] for a malformed segment or
+/// As [`read_field`], and [`GatherError::Response`] for a malformed segment or
 /// choice.
 pub fn read_choice_field(
     response: &Value,

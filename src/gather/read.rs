@@ -208,17 +208,21 @@ pub fn gather_from(
             source: Source::Inline(form),
         });
     }
-    read_layout(layout(&segments, choice, field)?, store, choice)
+    read_covered(covered(&segments, choice, field)?, store, choice)
 }
 
-/// The rows of a checked layout, read from `store`, written at their
+/// The rows of checked segments, read from `store`, written at their
 /// positions in payload order: where segments overlap, the later one's rows
 /// are the ones kept, as the trainer reads them.
-fn read_layout(layout: Layout<'_>, store: &Store, choice: usize) -> Result<Gathered, GatherError> {
-    let wide = usize::try_from(layout.dtype.itemsize()).unwrap_or(8);
-    let mut pieces: Vec<(u64, Vec<u8>)> = Vec::with_capacity(layout.in_order.len());
+fn read_covered(
+    covered: Covered<'_>,
+    store: &Store,
+    choice: usize,
+) -> Result<Gathered, GatherError> {
+    let wide = usize::try_from(covered.dtype.itemsize()).unwrap_or(8);
+    let mut pieces: Vec<(u64, Vec<u8>)> = Vec::with_capacity(covered.in_order.len());
     let mut narrow = Vec::new();
-    for (j, segment) in &layout.in_order {
+    for (j, segment) in &covered.in_order {
         let at = || item_at(Side::Response, choice, *j);
         let itemsize = usize::try_from(segment.dtype().itemsize()).unwrap_or(8);
         let mut data = Vec::new();
@@ -231,11 +235,11 @@ fn read_layout(layout: Layout<'_>, store: &Store, choice: usize) -> Result<Gathe
         }
         pieces.push((segment.pos(), data));
     }
-    // No gap (the layout says so), so the positions are at most the rows
+    // No gap (`covered` checked), so the positions are at most the rows
     // read: the buffer is bounded by data that exists.
-    let span = usize::try_from(layout.positions.len()).unwrap_or(usize::MAX);
+    let span = usize::try_from(covered.positions.len()).unwrap_or(usize::MAX);
     let total: usize = pieces.iter().map(|(_, d)| d.len()).sum();
-    let elements: u64 = layout.shape.iter().product();
+    let elements: u64 = covered.shape.iter().product();
     let row_bytes = usize::try_from(elements)
         .unwrap_or(usize::MAX)
         .saturating_mul(wide);
@@ -250,7 +254,7 @@ fn read_layout(layout: Layout<'_>, store: &Store, choice: usize) -> Result<Gathe
     } else {
         let mut data = vec![0u8; size];
         for (pos, piece) in pieces {
-            let from = usize::try_from(pos - layout.positions.start()).unwrap_or(0) * row_bytes;
+            let from = usize::try_from(pos - covered.positions.start()).unwrap_or(0) * row_bytes;
             if let Some(slot) = data.get_mut(from..from + piece.len()) {
                 slot.copy_from_slice(&piece);
             }
@@ -258,9 +262,9 @@ fn read_layout(layout: Layout<'_>, store: &Store, choice: usize) -> Result<Gathe
         data
     };
     Ok(Gathered {
-        positions: layout.positions,
-        dtype: layout.dtype,
-        shape: layout.shape,
+        positions: covered.positions,
+        dtype: covered.dtype,
+        shape: covered.shape,
         data,
         source: Source::Files,
     })
@@ -283,7 +287,7 @@ pub fn gather_runs_from(
 ) -> Result<Vec<Gathered>, GatherError> {
     let object = choice_object(response, choice)?;
     let segments = field_segments(object, choice, field)?;
-    match layout(&segments, choice, field) {
+    match covered(&segments, choice, field) {
         // Inline rows, or segments with no gap: gather's own answer.
         Err(GatherError::NoRows { .. }) | Ok(_) => {
             return gather_from(response, choice, field, store).map(|rows| vec![rows])
@@ -291,7 +295,7 @@ pub fn gather_runs_from(
         Err(GatherError::Gap { .. }) => {}
         Err(other) => return Err(other),
     }
-    // Dtypes and shapes agree (layout checks them before gaps): give each
+    // Dtypes and shapes agree (`covered` checks them before gaps): give each
     // non-empty segment to the run of covered positions it lies in, keeping
     // payload order inside a run, and lay out and read each run.
     let (union, _, _) = coverage(segments.iter().map(|(_, s)| s.positions()));
@@ -305,7 +309,7 @@ pub fn gather_runs_from(
     }
     let mut runs = Vec::with_capacity(union.len());
     for run in members {
-        runs.push(read_layout(layout(&run, choice, field)?, store, choice)?);
+        runs.push(read_covered(covered(&run, choice, field)?, store, choice)?);
     }
     Ok(runs)
 }
@@ -392,18 +396,18 @@ pub(super) fn segments_of<'a>(
 /// unsigned integers of any widths, read as the widest) and one row shape,
 /// in payload order (empty segments left out; where they overlap the later
 /// wins).
-struct Layout<'s> {
+struct Covered<'s> {
     in_order: Vec<&'s (usize, Segment<String>)>,
     positions: Rows,
     dtype: Dtype,
     shape: Vec<u64>,
 }
 
-fn layout<'s>(
+fn covered<'s>(
     segments: &'s [(usize, Segment<String>)],
     choice: usize,
     field: &str,
-) -> Result<Layout<'s>, GatherError> {
+) -> Result<Covered<'s>, GatherError> {
     let Some((first_index, first)) = segments.first() else {
         return Err(GatherError::NoRows {
             choice,
@@ -449,7 +453,7 @@ fn layout<'s>(
         (Some(a), Some(b)) => Rows::new(a.start(), b.end()).unwrap_or(*a),
         _ => Rows::with_len(first.pos(), 0).unwrap_or(first.positions()),
     };
-    Ok(Layout {
+    Ok(Covered {
         in_order,
         positions,
         dtype,
@@ -465,7 +469,7 @@ fn layout<'s>(
 /// # Errors
 ///
 /// [`GatherError::NoRows`] when the item has no SGLang rows; the merge's
-/// errors for them ([`GatherError::Json`]) when they or their counts are
+/// errors for them ([`GatherError::Response`]) when they or their counts are
 /// malformed or do not fit the row shape.
 pub fn gather_sglang(
     response: &Value,

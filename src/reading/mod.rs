@@ -27,9 +27,10 @@ use crate::algebra::{Dtype, Rows, Segment};
 #[cfg(test)]
 mod tests;
 
-/// How a field's rows are stored.
+/// How a field's rows are stored (not to be confused with a payload's
+/// layout, which strict mode checks).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Layout {
+pub enum Storage {
     /// Each row is `shape` elements of the segment's `dtype`, back to back.
     Fixed,
     /// Rows of varying width: the segment's bytes are `rows + 1` uint32 file
@@ -66,17 +67,17 @@ pub struct FieldSpec {
     /// The field's name, as payload segments give it.
     pub name: String,
     /// Fixed-width or CSR.
-    pub layout: Layout,
+    pub storage: Storage,
     /// What uncovered positions hold.
     pub fill: Fill,
 }
 
 impl FieldSpec {
-    /// A field of `layout` with `fill`.
-    pub fn new(name: impl Into<String>, layout: Layout, fill: Fill) -> FieldSpec {
+    /// A field stored as `storage`, with `fill`.
+    pub fn new(name: impl Into<String>, storage: Storage, fill: Fill) -> FieldSpec {
         FieldSpec {
             name: name.into(),
-            layout,
+            storage,
             fill,
         }
     }
@@ -104,12 +105,12 @@ impl FieldTable {
     pub fn trainer() -> FieldTable {
         FieldTable {
             fields: vec![
-                FieldSpec::new(ROUTED_EXPERTS, Layout::Fixed, Fill::Int(0)),
-                FieldSpec::new(ROUTED_EXPERT_WEIGHTS, Layout::Fixed, Fill::Float(0.0)),
-                FieldSpec::new(SAMPLING_MASK, Layout::Csr, Fill::Int(-1)),
+                FieldSpec::new(ROUTED_EXPERTS, Storage::Fixed, Fill::Int(0)),
+                FieldSpec::new(ROUTED_EXPERT_WEIGHTS, Storage::Fixed, Fill::Float(0.0)),
+                FieldSpec::new(SAMPLING_MASK, Storage::Csr, Fill::Int(-1)),
                 FieldSpec::new(
                     SAMPLING_MASK_LOGPROBS,
-                    Layout::Csr,
+                    Storage::Csr,
                     Fill::Float(f32::NEG_INFINITY),
                 ),
             ],
@@ -381,9 +382,9 @@ where
     if options.strictness == Strictness::Strict {
         strict_coverage(segments, lo, hi)?;
     }
-    match spec.layout {
-        Layout::Fixed => read_fixed(spec.fill, segments, lo, hi, options, &mut read).map(Some),
-        Layout::Csr => read_csr(spec.fill, segments, lo, hi, options, &mut read).map(Some),
+    match spec.storage {
+        Storage::Fixed => read_fixed(spec.fill, segments, lo, hi, options, &mut read).map(Some),
+        Storage::Csr => read_csr(spec.fill, segments, lo, hi, options, &mut read).map(Some),
     }
 }
 

@@ -385,8 +385,8 @@ fn csr_case() -> impl Strategy<Value = (Files, Vec<Segment<usize>>, u64, u64)> {
         })
 }
 
-fn spec(layout: Layout, fill: Fill) -> FieldSpec {
-    FieldSpec::new("f", layout, fill)
+fn spec(storage: Storage, fill: Fill) -> FieldSpec {
+    FieldSpec::new("f", storage, fill)
 }
 
 fn fills() -> impl Strategy<Value = Fill> {
@@ -413,7 +413,7 @@ proptest! {
     /// RD1, fixed-width fields.
     #[test]
     fn rd1_fixed_reads_as_the_naive_model((files, segs, lo, hi) in fixed_case(), fill in fills()) {
-        let got = read_segments(&spec(Layout::Fixed, fill), &segs, lo, hi, ReadOptions::default(), source(&files));
+        let got = read_segments(&spec(Storage::Fixed, fill), &segs, lo, hi, ReadOptions::default(), source(&files));
         if segs.is_empty() {
             prop_assert!(matches!(got, Ok(None)));
         } else {
@@ -425,7 +425,7 @@ proptest! {
     #[test]
     fn rd1_csr_reads_as_the_naive_model((files, segs, lo, hi) in csr_case(), int in any::<bool>()) {
         let fill = if int { Fill::Int(-1) } else { Fill::Float(f32::NEG_INFINITY) };
-        let got = read_segments(&spec(Layout::Csr, fill), &segs, lo, hi, ReadOptions::default(), source(&files));
+        let got = read_segments(&spec(Storage::Csr, fill), &segs, lo, hi, ReadOptions::default(), source(&files));
         if segs.is_empty() {
             prop_assert!(matches!(got, Ok(None)));
         } else {
@@ -437,7 +437,7 @@ proptest! {
     /// clipped non-empty segments, and is the trainer's reading otherwise.
     #[test]
     fn rd2_strict_refuses_exactly_gaps_and_overlaps((files, segs, lo, hi) in fixed_case()) {
-        let spec = spec(Layout::Fixed, Fill::Int(0));
+        let spec = spec(Storage::Fixed, Fill::Int(0));
         let strict = ReadOptions { strictness: Strictness::Strict, ..ReadOptions::default() };
         let got = read_segments(&spec, &segs, lo, hi, strict, source(&files));
         let plain = read_segments(&spec, &segs, lo, hi, ReadOptions::default(), source(&files));
@@ -505,7 +505,7 @@ fn later_segments_win_and_uncovered_positions_hold_the_fill() {
         Segment::new("f", 0, 0, 4, 2, Dtype::Uint8, vec![]).unwrap(),
         Segment::new("f", 0, 4, 5, 3, Dtype::Uint8, vec![]).unwrap(),
     ];
-    let r = read_ok(&spec(Layout::Fixed, Fill::Int(0)), &segs, 2..10, &files);
+    let r = read_ok(&spec(Storage::Fixed, Fill::Int(0)), &segs, 2..10, &files);
     assert_eq!(r.shape(), [8]);
     assert_eq!(ints(&r), [0, 0, 1, 5, 6, 7, 0, 0]);
 }
@@ -517,7 +517,7 @@ fn a_narrower_later_row_keeps_the_earlier_trailing_entries() {
         Segment::new("f", 0, 0, 0, 1, Dtype::Uint8, vec![3]).unwrap(),
         Segment::new("f", 0, 3, 0, 1, Dtype::Uint8, vec![1]).unwrap(),
     ];
-    let r = read_ok(&spec(Layout::Fixed, Fill::Int(0)), &segs, 0..1, &files);
+    let r = read_ok(&spec(Storage::Fixed, Fill::Int(0)), &segs, 0..1, &files);
     assert_eq!(ints(&r), [9, 2, 3]);
 }
 
@@ -530,7 +530,7 @@ fn the_first_segment_fixes_the_element_type_and_floats_are_truncated() {
         Segment::new("f", 0, 0, 0, 1, Dtype::Uint8, vec![]).unwrap(),
         Segment::new("f", 0, 1, 1, 1, Dtype::Float32, vec![]).unwrap(),
     ];
-    let r = read_ok(&spec(Layout::Fixed, Fill::Int(0)), &segs, 0..2, &files);
+    let r = read_ok(&spec(Storage::Fixed, Fill::Int(0)), &segs, 0..2, &files);
     assert_eq!(r.values(), Values::Int32);
     assert_eq!(ints(&r), [7, 2]);
 }
@@ -540,7 +540,7 @@ fn a_higher_rank_segment_in_the_window_raises_and_outside_it_truncates() {
     let files = vec![vec![0u8; 64]];
     let low = Segment::new("f", 0, 0, 0, 1, Dtype::Uint8, vec![2]).unwrap();
     let high = Segment::new("f", 0, 0, 5, 1, Dtype::Uint8, vec![2, 2]).unwrap();
-    let spec = spec(Layout::Fixed, Fill::Int(0));
+    let spec = spec(Storage::Fixed, Fill::Int(0));
     let both = [low.clone(), high];
     let err = read_segments(&spec, &both, 0, 8, ReadOptions::default(), memory(&files));
     assert!(matches!(
@@ -581,7 +581,7 @@ fn csr_rows_are_padded_to_the_widest_row_of_every_segment() {
         Segment::new("m", 0, a, 1, 2, Dtype::Uint32, vec![]).unwrap(),
         Segment::new("m", 0, b, 9, 1, Dtype::Uint32, vec![]).unwrap(),
     ];
-    let r = read_ok(&spec(Layout::Csr, Fill::Int(-1)), &segs, 0..3, &files);
+    let r = read_ok(&spec(Storage::Csr, Fill::Int(-1)), &segs, 0..3, &files);
     assert_eq!(r.shape(), [3, 3]);
     assert_eq!(ints(&r), [-1, -1, -1, 3, -1, -1, 4, 5, -1]);
 }
@@ -589,7 +589,7 @@ fn csr_rows_are_padded_to_the_widest_row_of_every_segment() {
 #[test]
 fn no_segment_is_none_and_an_unknown_dtype_or_window_raises() {
     let files: Files = vec![vec![0; 8]];
-    let spec = spec(Layout::Fixed, Fill::Int(0));
+    let spec = spec(Storage::Fixed, Fill::Int(0));
     let none: [Segment<usize>; 0] = [];
     assert!(matches!(
         read_segments(&spec, &none, 0, 3, ReadOptions::default(), memory(&files)),
@@ -618,34 +618,41 @@ fn no_segment_is_none_and_an_unknown_dtype_or_window_raises() {
 #[test]
 fn the_trainer_table_has_the_four_fields_and_another_can_be_added() {
     let table = FieldTable::trainer();
-    let layouts: Vec<(&str, Layout)> = table
+    let layouts: Vec<(&str, Storage)> = table
         .fields()
-        .map(|f| (f.name.as_str(), f.layout))
+        .map(|f| (f.name.as_str(), f.storage))
         .collect();
     assert_eq!(
         layouts,
         [
-            ("routed_experts", Layout::Fixed),
-            ("routed_expert_weights", Layout::Fixed),
-            ("sampling_mask", Layout::Csr),
-            ("sampling_mask_logprobs", Layout::Csr)
+            ("routed_experts", Storage::Fixed),
+            ("routed_expert_weights", Storage::Fixed),
+            ("sampling_mask", Storage::Csr),
+            ("sampling_mask_logprobs", Storage::Csr)
         ]
     );
     assert_eq!(
         table.get("sampling_mask_logprobs").unwrap().fill,
         Fill::Float(f32::NEG_INFINITY)
     );
-    let more = table.with(FieldSpec::new("indexer_topk", Layout::Fixed, Fill::Int(-1)));
+    let more = table.with(FieldSpec::new(
+        "indexer_topk",
+        Storage::Fixed,
+        Fill::Int(-1),
+    ));
     assert_eq!(more.get("indexer_topk").unwrap().fill, Fill::Int(-1));
     assert!(FieldTable::trainer().get("indexer_topk").is_none());
     // Adding a field keeps the others; a field of the same name is replaced.
     assert_eq!(more.fields().count(), 5);
     assert_eq!(more.get("routed_experts").unwrap().fill, Fill::Int(0));
-    let replaced =
-        FieldTable::trainer().with(FieldSpec::new("sampling_mask", Layout::Fixed, Fill::Int(7)));
+    let replaced = FieldTable::trainer().with(FieldSpec::new(
+        "sampling_mask",
+        Storage::Fixed,
+        Fill::Int(7),
+    ));
     assert_eq!(replaced.fields().count(), 4);
     let mask = replaced.get("sampling_mask").unwrap();
-    assert_eq!((mask.layout, mask.fill), (Layout::Fixed, Fill::Int(7)));
+    assert_eq!((mask.storage, mask.fill), (Storage::Fixed, Fill::Int(7)));
 }
 
 /// A CSR file as the writer lays it out: each segment's `rows + 1` offsets
@@ -679,7 +686,7 @@ fn an_empty_csr_segment_is_never_read() {
         Segment::new("m", 0, at[0], 0, 2, Dtype::Uint32, vec![]).unwrap(),
         Segment::new("m", 0, 1 << 20, 1, 0, Dtype::Uint32, vec![]).unwrap(),
     ];
-    let r = read_ok(&spec(Layout::Csr, Fill::Int(-1)), &segs, 0..3, &files);
+    let r = read_ok(&spec(Storage::Csr, Fill::Int(-1)), &segs, 0..3, &files);
     assert_eq!(r.shape(), [3, 2]);
     assert_eq!(ints(&r), [5, 6, 7, -1, -1, -1]);
 }
@@ -689,7 +696,7 @@ fn an_empty_csr_segment_is_never_read() {
 /// raise before any value is read.
 #[test]
 fn csr_values_must_be_whole_and_counted_and_offsets_in_order() {
-    let spec = spec(Layout::Csr, Fill::Int(-1));
+    let spec = spec(Storage::Csr, Fill::Int(-1));
     let read = |words: &[u32], rows: u64, extra: usize| {
         let mut file: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
         file.extend(vec![0u8; extra]);
@@ -749,7 +756,7 @@ fn segments_that_only_touch_the_window_are_not_read() {
         Segment::new("f", 0, 0, 3, 0, Dtype::Bfloat16, vec![]).unwrap(),
         Segment::new("f", 0, 0, 4, 1, Dtype::Uint8, vec![1, 1]).unwrap(),
     ];
-    let r = read_ok(&spec(Layout::Fixed, Fill::Int(0)), &segs, 2..4, &files);
+    let r = read_ok(&spec(Storage::Fixed, Fill::Int(0)), &segs, 2..4, &files);
     assert_eq!(r.shape(), [2]);
     assert_eq!(ints(&r), [1, 2]);
 }
@@ -776,7 +783,12 @@ fn element_casts_agree_with_numpy_at_their_edges() {
         Segment::new("f", 0, wide, 12, 1, Dtype::Uint64, vec![]).unwrap(),
         Segment::new("f", 0, wide + 8, 13, 1, Dtype::Int8, vec![]).unwrap(),
     ];
-    let r = read_ok(&spec(Layout::Fixed, Fill::Float(0.0)), &segs, 0..14, &files);
+    let r = read_ok(
+        &spec(Storage::Fixed, Fill::Float(0.0)),
+        &segs,
+        0..14,
+        &files,
+    );
     assert_eq!(r.values(), Values::Float32);
     assert_eq!(
         bits(&r),
@@ -821,7 +833,7 @@ fn element_casts_agree_with_numpy_at_their_edges() {
         Segment::new("f", 0, halves_at, 8, 5, Dtype::Float16, vec![]).unwrap(),
     ];
     let r = read_ok(
-        &spec(Layout::Fixed, Fill::Float(f32::NEG_INFINITY)),
+        &spec(Storage::Fixed, Fill::Float(f32::NEG_INFINITY)),
         &segs,
         0..14,
         &files,
@@ -845,7 +857,7 @@ fn a_reading_answers_its_rows_and_may_take_exactly_max_bytes() {
         ..ReadOptions::default()
     };
     let r = read_segments(
-        &spec(Layout::Csr, Fill::Int(-1)),
+        &spec(Storage::Csr, Fill::Int(-1)),
         &segs,
         0,
         3,
@@ -872,7 +884,7 @@ fn a_reading_answers_its_rows_and_may_take_exactly_max_bytes() {
     };
     assert_eq!(
         read_segments(
-            &spec(Layout::Csr, Fill::Int(-1)),
+            &spec(Storage::Csr, Fill::Int(-1)),
             &segs,
             0,
             3,
@@ -889,7 +901,7 @@ fn a_reading_answers_its_rows_and_may_take_exactly_max_bytes() {
 #[test]
 fn strict_reading_accepts_segments_back_to_back_and_names_a_gap_or_an_overlap() {
     let files = vec![(1..=8).collect::<Vec<u8>>()];
-    let spec = spec(Layout::Fixed, Fill::Int(0));
+    let spec = spec(Storage::Fixed, Fill::Int(0));
     let strict = ReadOptions {
         strictness: Strictness::Strict,
         ..ReadOptions::default()
@@ -929,7 +941,7 @@ fn strict_reading_accepts_segments_back_to_back_and_names_a_gap_or_an_overlap() 
 #[test]
 fn rows_of_other_shapes_write_their_leading_corner() {
     let files = vec![(1..=11).collect::<Vec<u8>>()];
-    let spec = spec(Layout::Fixed, Fill::Int(0));
+    let spec = spec(Storage::Fixed, Fill::Int(0));
     let segs = [
         Segment::new("f", 0, 0, 0, 1, Dtype::Uint8, vec![2, 3]).unwrap(),
         Segment::new("f", 0, 6, 0, 1, Dtype::Uint8, vec![1, 2]).unwrap(),
@@ -968,7 +980,7 @@ fn a_narrower_row_of_wide_elements_lands_at_its_strides() {
         Segment::new("f", 0, 0, 0, 1, Dtype::Uint8, vec![2, 3]).unwrap(),
         Segment::new("f", 0, wide_at, 1, 1, Dtype::Uint16, vec![2, 1]).unwrap(),
     ];
-    let r = read_ok(&spec(Layout::Fixed, Fill::Int(0)), &segs, 0..2, &files);
+    let r = read_ok(&spec(Storage::Fixed, Fill::Int(0)), &segs, 0..2, &files);
     assert_eq!(r.shape(), [2, 2, 3]);
     assert_eq!(ints(&r), [1, 2, 3, 4, 5, 6, 258, 0, 0, 772, 0, 0]);
 }
@@ -994,7 +1006,7 @@ fn the_work_of_a_reading_follows_its_rows() {
     };
     let started = std::time::Instant::now();
     let r = read_segments(
-        &spec(Layout::Fixed, Fill::Int(0)),
+        &spec(Storage::Fixed, Fill::Int(0)),
         &segs,
         0,
         rows,
@@ -1023,7 +1035,7 @@ fn bool_rows_read_as_zero_and_one() {
     let files = vec![file];
     let bools = Segment::new("f", 0, 0, 0, 3, Dtype::Bool, vec![]).unwrap();
     let r = read_ok(
-        &spec(Layout::Fixed, Fill::Int(-1)),
+        &spec(Storage::Fixed, Fill::Int(-1)),
         std::slice::from_ref(&bools),
         0..4,
         &files,
@@ -1034,7 +1046,7 @@ fn bool_rows_read_as_zero_and_one() {
         Segment::new("f", 0, 3, 3, 1, Dtype::Float32, vec![]).unwrap(),
         bools,
     ];
-    let r = read_ok(&spec(Layout::Fixed, Fill::Float(0.0)), &segs, 0..4, &files);
+    let r = read_ok(&spec(Storage::Fixed, Fill::Float(0.0)), &segs, 0..4, &files);
     assert_eq!(r.values(), Values::Float32);
     assert_eq!(
         bits(&r),
@@ -1054,7 +1066,7 @@ fn float32_values_keep_a_signalling_nan_bit_for_bit() {
     let files = vec![file];
     let segs = [Segment::new("l", 0, at[0], 0, 2, Dtype::Uint32, vec![]).unwrap()];
     let r = read_ok(
-        &spec(Layout::Csr, Fill::Float(f32::NEG_INFINITY)),
+        &spec(Storage::Csr, Fill::Float(f32::NEG_INFINITY)),
         &segs,
         0..2,
         &files,
@@ -1069,6 +1081,6 @@ fn float32_values_keep_a_signalling_nan_bit_for_bit() {
         Segment::new("f", 0, 0, 0, 1, Dtype::Float32, vec![2]).unwrap(),
         Segment::new("f", 0, 8, 1, 1, Dtype::Float32, vec![1]).unwrap(),
     ];
-    let r = read_ok(&spec(Layout::Fixed, Fill::Float(0.0)), &segs, 0..2, &files);
+    let r = read_ok(&spec(Storage::Fixed, Fill::Float(0.0)), &segs, 0..2, &files);
     assert_eq!(bits(&r), [0x3fc0_0000, 0x4020_0000, snan, 0]);
 }
