@@ -24,7 +24,7 @@
 #
 #   scripts/mutants.sh -f src/algebra/segment.rs -f src/algebra/dtype.rs -C --lib -C --test=it
 #   MUTANTS_TIMEOUT=60 scripts/mutants.sh -f src/codec/base64.rs -C --lib -C --test=it
-#   MUTANTS_TIMEOUT=60 scripts/mutants.sh -f src/codec/npy.rs -f src/inline/mod.rs \
+#   MUTANTS_TIMEOUT=60 scripts/mutants.sh -f src/codec/npy.rs -f src/format/inline.rs \
 #       -C --lib -C --test=it
 #   MUTANTS_TIMEOUT=120 scripts/mutants.sh -f src/error.rs -C --lib -C --test=it
 #   MUTANTS_TIMEOUT=60 scripts/mutants.sh -f src/gather.rs -C --lib -C --test=it

@@ -4,7 +4,8 @@
 //! This module reads payload JSON through a [`View`] and maps it to the
 //! [algebra](crate::algebra); the merge rule itself is [`Cuts::clip_extent`].
 //! Its part of the merge [plan](crate::merge) is, for each decode choice, the
-//! [`Fate`] of every payload item (keep, drop, clip); the adapters write it.
+//! [`Item`] of every payload item (keep, drop, clip), as a [`Patch::Array`]
+//! that the adapters write.
 //!
 //! This is the hot path of a by-handle router, so it allocates nothing per
 //! segment: a segment's keys are found in one pass over its object and its
