@@ -178,7 +178,7 @@ pub use fields::{DEFAULT_FIELDS, ROUTED_EXPERTS, ROUTED_EXPERT_WEIGHTS};
 #[doc(hidden)]
 pub mod places {
     pub use crate::format::places::{Holder, Holds, Place, RowsKind};
-    pub use crate::format::{every_place as all, keys_of, object_holders};
+    pub use crate::format::table::{every_place as all, keys_of, object_holders};
 }
 pub use stitch::Stitch;
 pub use stitcher::{

@@ -6,7 +6,7 @@
 //! list of formats below, in its order, and collects what each would write
 //! as [`Patch`]es, which the adapters apply without knowing any kind of
 //! rows. A new convention is a new file here and its row of [`All`]; the
-//! table of where rows sit ([`every_place`]) is the formats' own lists of
+//! table of where rows sit ([`table`]) is the formats' own lists of
 //! places, read through [`All`].
 //!
 //! - [`by_handle`]: `choices[i].payload`, segments pointing into shared files;
@@ -27,8 +27,7 @@ pub(crate) mod end_anchored;
 pub(crate) mod inline;
 pub mod places;
 pub(crate) mod sglang;
-
-use std::sync::OnceLock;
+pub(crate) mod table;
 
 use crate::error::Error;
 use crate::patch::Patch;
@@ -38,7 +37,7 @@ use crate::view::View;
 use by_handle::ByHandle;
 use end_anchored::Counts;
 use inline::Inline;
-use places::{Holder, Holds, Place, RowsKind};
+use places::{Place, RowsKind};
 use sglang::Sglang;
 
 /// Every format, in the order the plan runs them: inline rows, rows by
@@ -46,91 +45,8 @@ use sglang::Sglang;
 /// its own types and no dynamic call.
 pub(crate) type All = (Inline, (ByHandle, (Sglang, ())));
 
-/// Every place, each format's in the order of the formats (a place two
-/// formats read is listed by each).
-pub fn every_place() -> impl Iterator<Item = &'static Place> {
-    All::places()
-}
-
-/// The keys the scanner asks about, read from the table once: it asks for
-/// every member of the objects it records, so each answer is a look over a
-/// few keys rather than a walk of the table.
-struct Keys {
-    /// The response's members that are objects holding places.
-    member_holders: Vec<&'static [u8]>,
-    /// A choice's members that are objects holding places.
-    choice_member_holders: Vec<&'static [u8]>,
-    /// A choice's members that hold rows.
-    choice_rows: Vec<&'static [u8]>,
-}
-
-fn keys() -> &'static Keys {
-    static KEYS: OnceLock<Keys> = OnceLock::new();
-    KEYS.get_or_init(|| {
-        let mut keys = Keys {
-            member_holders: Vec::new(),
-            choice_member_holders: Vec::new(),
-            choice_rows: Vec::new(),
-        };
-        for place in every_place() {
-            let (list, key) = match (place.holder, place.holds) {
-                (Holder::Member(member), _) => (&mut keys.member_holders, member),
-                (Holder::ChoiceMember(member), _) => (&mut keys.choice_member_holders, member),
-                (Holder::Choice, Holds::Rows(_)) => (&mut keys.choice_rows, place.key),
-                (Holder::Choice, Holds::Count) => continue,
-            };
-            if !list.contains(&key.as_bytes()) {
-                list.push(key.as_bytes());
-            }
-        }
-        keys
-    })
-}
-
-/// Whether the response's member `key` is an object holding places.
-#[inline]
-pub(crate) fn is_member_holder(key: &[u8]) -> bool {
-    keys().member_holders.contains(&key)
-}
-
-/// Whether a choice's member `key` is an object holding places.
-#[inline]
-pub(crate) fn is_choice_member_holder(key: &[u8]) -> bool {
-    keys().choice_member_holders.contains(&key)
-}
-
-/// Whether a choice's member `key` holds rows.
-#[inline]
-pub(crate) fn is_choice_rows(key: &[u8]) -> bool {
-    keys().choice_rows.contains(&key)
-}
-
-/// The keys of the places that `holder` holds, each once, in the table's
-/// order.
-pub fn keys_of(holder: Holder) -> impl Iterator<Item = &'static str> {
-    let mut keys: Vec<&'static str> = Vec::new();
-    for place in every_place().filter(|p| p.holder == holder) {
-        if !keys.contains(&place.key) {
-            keys.push(place.key);
-        }
-    }
-    keys.into_iter()
-}
-
-/// The holders that are objects (of a choice, or of the response), each
-/// once, in the table's order.
-pub fn object_holders() -> impl Iterator<Item = Holder> {
-    let mut holders: Vec<Holder> = Vec::new();
-    for place in every_place().filter(|p| p.holder != Holder::Choice) {
-        if !holders.contains(&place.holder) {
-            holders.push(place.holder);
-        }
-    }
-    holders.into_iter()
-}
-
-/// How a merge is made: the stitched fields, which rows ([`Stitch`]: both
-/// kinds, or inline or by-handle rows alone), and whether merged layouts are
+/// How a merge is made: the stitched fields, which rows ([`Stitch`]: every
+/// kind, or inline or by-handle rows alone), and whether merged layouts are
 /// held against the layout rule ([`crate::strict`]).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Spec<'f, S> {
@@ -418,39 +334,5 @@ impl<F: Format, R: Formats> Formats for (F, R) {
             F::plan_response(prefill, spec, decode, out)?;
         }
         R::plan_response(&mut read.1, spec, decode, out)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use places::Holder;
-
-    #[test]
-    fn the_table_s_questions_answer_from_it() {
-        assert!(is_member_holder(b"meta_info") && is_member_holder(b"usage"));
-        assert!(!is_member_holder(b"choices") && !is_member_holder(b"sgl_ext"));
-        assert!(is_choice_member_holder(b"sgl_ext") && !is_choice_member_holder(b"meta_info"));
-        assert!(is_choice_rows(b"payload") && is_choice_rows(b"routed_experts"));
-        assert!(!is_choice_rows(b"token_ids"));
-        let usage = Holder::Member("usage");
-        let meta_info = Holder::Member("meta_info");
-        assert_eq!(
-            object_holders().collect::<Vec<_>>(),
-            [
-                usage,
-                meta_info,
-                Holder::Member("sglext"),
-                Holder::ChoiceMember("sgl_ext")
-            ]
-        );
-        assert_eq!(
-            keys_of(usage).collect::<Vec<_>>(),
-            ["prompt_tokens", "completion_tokens"]
-        );
-        assert_eq!(
-            keys_of(meta_info).collect::<Vec<_>>(),
-            ["routed_experts", "prompt_tokens", "completion_tokens"]
-        );
     }
 }

@@ -1,22 +1,9 @@
-//! Where rows sit in a response, in one table.
-//!
-//! Every engine's rows, and the counts that place them, sit at a key of
-//! some object of the response: a choice, a member object of a choice, or a
-//! member object of the response (of each output, when an SGLang batch
-//! answers an array). Each format lists its own places
-//! (`Format::PLACES`), and the table (`format::every_place`) is theirs,
-//! in the order of the formats. The readers that must not miss one are
-//! read from it instead of spelling the paths again:
-//!
-//! - the bytes path's scanner records what the table names (and nothing
-//!   deeper), so that the bytes merge sees every rows value the `Value`
-//!   merge sees;
-//! - the stream stitcher finds an event's rows at the table's places;
-//! - the Python binding converts only the table's places of a `dict`
-//!   response before the merge reads it.
-//!
-//! A new place is one row of its format's list. `tests/it/places.rs` walks
-//! the table and holds each reader to it.
+//! What a place of rows is: every engine's rows, and the counts that place
+//! them, sit at a key of some object of the response: a choice, a member
+//! object of a choice, or a member object of the response (of each output,
+//! when an SGLang batch answers an array). Each format lists its places
+//! with these types (`Format::PLACES`); `table.rs` is the table they make.
+//! A new place is one row of its format's list.
 
 /// Which kind of rows a place holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

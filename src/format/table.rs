@@ -1,0 +1,135 @@
+//! The one table of where rows sit: every format's places
+//! ([`Format::PLACES`](super::Format::PLACES)), in the order of
+//! [`All`], and the questions the readers ask of it. The readers that
+//! must not miss a place ask here instead of spelling the paths again:
+//!
+//! - the bytes path's scanner records what the table names (and nothing
+//!   deeper), so that the bytes merge sees every rows value the `Value`
+//!   merge sees;
+//! - the stream stitcher finds an event's rows at the table's places;
+//! - the Python binding converts only the table's places of a `dict`
+//!   response before the merge reads it, and `probe` reads the engines'
+//!   keys from it (`pd_stitch::places`).
+//!
+//! `tests/it/places.rs` walks the table and holds each reader to it.
+
+use std::sync::OnceLock;
+
+use super::places::{Holder, Holds, Place};
+use super::{All, Formats};
+
+/// Every place, each format's in the order of the formats (a place two
+/// formats read is listed by each).
+pub fn every_place() -> impl Iterator<Item = &'static Place> {
+    All::places()
+}
+
+/// The keys the scanner asks about, read from the table once: it asks for
+/// every member of the objects it records, so each answer is a look over a
+/// few keys rather than a walk of the table.
+struct Keys {
+    /// The response's members that are objects holding places.
+    member_holders: Vec<&'static [u8]>,
+    /// A choice's members that are objects holding places.
+    choice_member_holders: Vec<&'static [u8]>,
+    /// A choice's members that hold rows.
+    choice_rows: Vec<&'static [u8]>,
+}
+
+fn keys() -> &'static Keys {
+    static KEYS: OnceLock<Keys> = OnceLock::new();
+    KEYS.get_or_init(|| {
+        let mut keys = Keys {
+            member_holders: Vec::new(),
+            choice_member_holders: Vec::new(),
+            choice_rows: Vec::new(),
+        };
+        for place in every_place() {
+            let (list, key) = match (place.holder, place.holds) {
+                (Holder::Member(member), _) => (&mut keys.member_holders, member),
+                (Holder::ChoiceMember(member), _) => (&mut keys.choice_member_holders, member),
+                (Holder::Choice, Holds::Rows(_)) => (&mut keys.choice_rows, place.key),
+                (Holder::Choice, Holds::Count) => continue,
+            };
+            if !list.contains(&key.as_bytes()) {
+                list.push(key.as_bytes());
+            }
+        }
+        keys
+    })
+}
+
+/// Whether the response's member `key` is an object holding places.
+#[inline]
+pub(crate) fn is_member_holder(key: &[u8]) -> bool {
+    keys().member_holders.contains(&key)
+}
+
+/// Whether a choice's member `key` is an object holding places.
+#[inline]
+pub(crate) fn is_choice_member_holder(key: &[u8]) -> bool {
+    keys().choice_member_holders.contains(&key)
+}
+
+/// Whether a choice's member `key` holds rows.
+#[inline]
+pub(crate) fn is_choice_rows(key: &[u8]) -> bool {
+    keys().choice_rows.contains(&key)
+}
+
+/// The keys of the places that `holder` holds, each once, in the table's
+/// order.
+pub fn keys_of(holder: Holder) -> impl Iterator<Item = &'static str> {
+    let mut keys: Vec<&'static str> = Vec::new();
+    for place in every_place().filter(|p| p.holder == holder) {
+        if !keys.contains(&place.key) {
+            keys.push(place.key);
+        }
+    }
+    keys.into_iter()
+}
+
+/// The holders that are objects (of a choice, or of the response), each
+/// once, in the table's order.
+pub fn object_holders() -> impl Iterator<Item = Holder> {
+    let mut holders: Vec<Holder> = Vec::new();
+    for place in every_place().filter(|p| p.holder != Holder::Choice) {
+        if !holders.contains(&place.holder) {
+            holders.push(place.holder);
+        }
+    }
+    holders.into_iter()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_s_questions_answer_from_it() {
+        assert!(is_member_holder(b"meta_info") && is_member_holder(b"usage"));
+        assert!(!is_member_holder(b"choices") && !is_member_holder(b"sgl_ext"));
+        assert!(is_choice_member_holder(b"sgl_ext") && !is_choice_member_holder(b"meta_info"));
+        assert!(is_choice_rows(b"payload") && is_choice_rows(b"routed_experts"));
+        assert!(!is_choice_rows(b"token_ids"));
+        let usage = Holder::Member("usage");
+        let meta_info = Holder::Member("meta_info");
+        assert_eq!(
+            object_holders().collect::<Vec<_>>(),
+            [
+                usage,
+                meta_info,
+                Holder::Member("sglext"),
+                Holder::ChoiceMember("sgl_ext")
+            ]
+        );
+        assert_eq!(
+            keys_of(usage).collect::<Vec<_>>(),
+            ["prompt_tokens", "completion_tokens"]
+        );
+        assert_eq!(
+            keys_of(meta_info).collect::<Vec<_>>(),
+            ["routed_experts", "prompt_tokens", "completion_tokens"]
+        );
+    }
+}
