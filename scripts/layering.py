@@ -42,27 +42,28 @@ LAYERS = [
     # Bytes and text of rows, not responses: strict base64, the .npy header,
     # dtype widening, decoded runs, merged rows text; what the codecs refuse
     # and the two forms of inline rows (a leaf the error layer names); and
-    # the edits of a byte buffer that a merged text becomes (splice.rs).
-    ("codec", ["codec/", "splice.rs"]),
+    # the edits of a byte buffer that a merged text becomes (codec/splice.rs).
+    ("codec", ["codec/"]),
     # The one error type: Error, ErrorKind, where in a response (Location),
     # offending values shortened for messages. Names the algebra's problems
     # and the codecs' errors, nothing above.
     ("error", ["error/"]),
-    # A response as the formats read it: the View either representation
-    # offers, typed values with their locations, where the stitched values
-    # sit, the field names, and what a merge writes (patch.rs).
-    ("view", ["fields.rs", "view.rs", "json.rs", "response.rs", "patch.rs"]),
+    # A response as the formats read it and the adapters write it: the View
+    # either representation offers, typed values with their locations,
+    # where choices and inline rows sit, the field names, and what a merge
+    # writes (response/patch.rs).
+    ("view", ["response/"]),
     # The kinds of rows behind one trait, each read, checked and planned:
     # by handle (with strict mode's check, which the by-handle planner holds
     # its planned payload against), inline vLLM/prime-rl rows and vLLM
     # 0.32's end anchoring, SGLang's rows with their position solver; the
-    # table of where rows sit (format/places.rs); and Stitch, which kinds a
+    # table of where rows sit (format/table.rs); and Stitch, which kinds a
     # merge stitches.
-    ("formats", ["format/", "strict.rs", "stitch.rs"]),
-    # The one plan of a merge: every kind of rows planned in one validating
-    # pass through a View, before anything is written.
+    ("formats", ["format/"]),
+    # The one plan of a merge: every format run in one validating pass
+    # through a View, its patches collected before anything is written.
     ("plan", ["merge/"]),
-    # The adapters that apply the plan: to a serde_json::Value
+    # The adapters that apply the patches: to a serde_json::Value
     # (merge/value.rs) and to raw JSON bytes (bytes/).
     ("adapters", ["merge/value.rs", "bytes/"]),
     # Stitcher, the configured merge, and the free entry points.

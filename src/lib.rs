@@ -92,8 +92,8 @@
 //!
 //! Inside, the files stand in layers, each importing only from its own or
 //! those below, and the folders name them: `algebra/`; `codec/` (base64,
-//! `.npy`, merged text); `error/`; the response as read, and the patches a
-//! merge writes into it (`patch.rs`); `format/`, the kinds of rows (by
+//! `.npy`, merged text); `error/`; `response/`, a response as read, and
+//! the patches a merge writes into it; `format/`, the kinds of rows (by
 //! handle, inline, vLLM 0.32's end anchoring, SGLang), each one file behind
 //! one trait, with the one table of where rows sit, and [`Stitch`];
 //! `merge/`, the one plan, which runs every format and collects its
@@ -143,26 +143,19 @@ mod codec;
 #[cfg(feature = "verify")]
 pub mod compare;
 mod error;
-mod fields;
 mod format;
 #[cfg(feature = "verify")]
 pub mod gather;
-mod json;
 mod merge;
-mod patch;
 pub mod reading;
 mod response;
 pub mod sglang;
 #[cfg(feature = "verify")]
 pub mod sim;
-mod splice;
-mod stitch;
 mod stitcher;
 pub mod stream;
-mod strict;
 #[cfg(feature = "testing")]
 pub mod testing;
-mod view;
 
 pub use codec::{Base64Error, Form, NpyError};
 pub use error::{Error, ErrorKind, Location, Side, Step};
@@ -172,7 +165,7 @@ pub use error::{Error, ErrorKind, Location, Side, Step};
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-pub use fields::{DEFAULT_FIELDS, ROUTED_EXPERTS, ROUTED_EXPERT_WEIGHTS};
+pub use response::fields::{DEFAULT_FIELDS, ROUTED_EXPERTS, ROUTED_EXPERT_WEIGHTS};
 /// The table of where rows sit: public for the Python binding's skeleton,
 /// `probe` and the test that walks it, not part of the stable API.
 #[doc(hidden)]
@@ -180,7 +173,7 @@ pub mod places {
     pub use crate::format::places::{Holder, Holds, Place, RowsKind};
     pub use crate::format::table::{every_place as all, keys_of, object_holders};
 }
-pub use stitch::Stitch;
+pub use format::stitch::Stitch;
 pub use stitcher::{
     merge_routed_experts_for_pd, merge_routed_experts_in_json, merge_routed_payload_in_json,
     prefill_has_routed_experts, Stitcher,

@@ -4,10 +4,10 @@
 use serde_json::Value;
 
 use crate::error::Error;
-use crate::fields::DEFAULT_FIELDS;
+use crate::format::stitch::Stitch;
 use crate::merge::value::merge;
 use crate::merge::{default_spec, Spec};
-use crate::stitch::Stitch;
+use crate::response::fields::DEFAULT_FIELDS;
 
 /// The JSON entry points, for a chosen set of stitched fields.
 ///

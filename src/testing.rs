@@ -49,13 +49,13 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 
 use crate::algebra::Dtype;
-use crate::fields::{DEFAULT_FIELDS, ROUTED_EXPERTS};
 use crate::format::by_handle::PAYLOAD;
 use crate::gather::{
     check_gathered, gather_from, read_choice_field, Gathered, RowFinding, RowsCheck, RowsReport,
     Store,
 };
 use crate::reading::{FieldTable, Reading};
+use crate::response::fields::{DEFAULT_FIELDS, ROUTED_EXPERTS};
 use crate::sim::{Mode, Request};
 
 pub mod sglang;

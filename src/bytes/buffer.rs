@@ -9,8 +9,8 @@
 //! take the merged length, and only then writes; so a buffer that cannot
 //! take that length refuses it while its bytes are still the decode's.
 
+use crate::codec::splice::{self, Edit};
 use crate::error::Error;
-use crate::splice::{self, Edit};
 
 /// A decode's text in memory the bytes merge rewrites in place:
 /// [`Stitcher::merge_bytes_in`](crate::Stitcher::merge_bytes_in).

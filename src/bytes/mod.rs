@@ -84,11 +84,11 @@ mod write;
 
 pub use buffer::Buffer;
 
+use crate::codec::splice::{self, Edit};
 use crate::error::{Error, Side};
-use crate::fields::DEFAULT_FIELDS;
+use crate::format::stitch;
 use crate::merge::{self, default_spec, Spec};
-use crate::splice::{self, Edit};
-use crate::stitch;
+use crate::response::fields::DEFAULT_FIELDS;
 
 pub(crate) use scan::Doc;
 pub(crate) use view::ScannedValue;
@@ -210,7 +210,7 @@ pub(crate) fn merge<S: AsRef<str>, B: Buffer + ?Sized>(
 
 /// The selector of what to stitch, which moved to the crate's root.
 #[deprecated(since = "0.3.0", note = "use `pd_stitch::Stitch`")]
-pub type Stitch = crate::stitch::Stitch;
+pub type Stitch = crate::format::stitch::Stitch;
 
 /// A merged decode, planned and validated but not yet written: how long it
 /// is, and a way to write it into a buffer of that length. Given to the

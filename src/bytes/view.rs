@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::scan::Doc;
 use crate::error::describe;
-use crate::view::{Kind, View};
+use crate::response::view::{Kind, View};
 
 /// A recorded value of a scanned text.
 #[derive(Clone, Copy, Debug)]

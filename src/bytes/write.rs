@@ -1,5 +1,5 @@
 //! The bytes adapter's writing half: a plan's [`Patch`]es become a list of
-//! [`Edit`]s of the decode's text, which [`apply`](crate::splice::apply)
+//! [`Edit`]s of the decode's text, which [`apply`](crate::codec::splice::apply)
 //! makes in one pass over the buffer. It knows no kind of rows.
 //!
 //! Only the patched values change: a rows string gets its merged text (in
@@ -12,9 +12,9 @@ use std::ops::Range;
 
 use super::scan::Doc;
 use super::view::ScannedValue;
-use crate::patch::{Hop, Item, Patch, Scalar};
-use crate::splice::Edit;
-use crate::view::{Kind, View};
+use crate::codec::splice::Edit;
+use crate::response::patch::{Hop, Item, Patch, Scalar};
+use crate::response::view::{Kind, View};
 
 /// The edits that write `patches` into the decode `doc` they were planned
 /// from, in text order.

@@ -12,6 +12,7 @@ pub(crate) mod decoded;
 pub(crate) mod error;
 pub(crate) mod form;
 pub(crate) mod npy;
+pub(crate) mod splice;
 pub(crate) mod text;
 pub(crate) mod widen;
 

@@ -18,7 +18,7 @@ use std::ops::Range;
 use super::base64::{encode_into, Base64};
 use super::decoded::Decoded;
 use super::widen::widen;
-use crate::splice::Edit;
+use crate::codec::splice::Edit;
 
 /// Which validated base64 text a [`Piece`] reads: the merge's sources are
 /// numbered (the prefill's rows 0, the decode choice's rows 1).
@@ -142,7 +142,7 @@ impl Text {
     /// prefill's text when it is borrowed. Runs of the decode, which the edit
     /// overwrites, are copied into the edit first, or (a widened run of a
     /// verbatim decode) read from the buffer as it was, which makes the edit
-    /// write a new buffer (see [`crate::splice`]).
+    /// write a new buffer (see [`crate::codec::splice`]).
     pub(crate) fn edit<'p>(
         &self,
         prefill: Option<&Cow<'p, [u8]>>,
@@ -601,7 +601,7 @@ mod tests {
                             whole,
                             true,
                         );
-                        crate::splice::apply(&mut buf, &[edit]);
+                        crate::codec::splice::apply(&mut buf, &[edit]);
                         let want = [before, b"\"", expected.as_bytes(), b"\"", after].concat();
                         assert_eq!(
                             String::from_utf8_lossy(&buf),

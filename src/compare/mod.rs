@@ -36,13 +36,13 @@ mod values;
 use serde_json::Value;
 
 use crate::algebra::{Dtype, Rows};
-use crate::fields::ROUTED_EXPERTS;
 use crate::format::by_handle::PAYLOAD;
 use crate::format::sglang::META_INFO;
 use crate::gather::{
     gather_runs_from, gather_sglang, read_choice_field, GatherError, Gathered, Store,
 };
 use crate::reading::{FieldTable, Fill, Reading, Storage};
+use crate::response::fields::ROUTED_EXPERTS;
 
 pub use classify::{classify, Classes};
 pub use report::{Cell, Cells, ChoiceReport, Difference, PromptLen, PromptSource, Region, Report};

@@ -16,14 +16,14 @@ use std::rc::Rc;
 
 use crate::algebra::{row_bytes, Cuts, Dtype, Extent};
 use crate::error::{Error, Location, Side};
-use crate::json::{self, choice_at};
-use crate::response::prefill_choice;
-use crate::strict::{Origin, Planned};
-use crate::view::{describe_view, Kind, View};
+use crate::format::strict::{Origin, Planned};
+use crate::response::json::{self, choice_at};
+use crate::response::paths::prefill_choice;
+use crate::response::view::{describe_view, Kind, View};
 
 use super::{Format, Level, Spec};
 use crate::format::places::{place, Holder, Holds, Place, RowsKind};
-use crate::patch::{Item, Patch, Path};
+use crate::response::patch::{Item, Patch, Path};
 
 /// The key of a choice's segment list: the one place rows by handle sit.
 pub(crate) const PAYLOAD: &str = "payload";
@@ -220,7 +220,7 @@ impl<'p, V: View<'p>> PrefillSegments<V> {
             }
         };
         if let Some(planned) = strict {
-            let checked = crate::strict::check(fields, planned, i, payload_at);
+            let checked = crate::format::strict::check(fields, planned, i, payload_at);
             planned.reset();
             checked?;
         }

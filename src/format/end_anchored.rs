@@ -19,8 +19,8 @@
 use crate::algebra::PositionProblem;
 use crate::error::{Error, Location, Side};
 use crate::format::places::{place, Holder, Holds, Place};
-use crate::json::{self, choice_at};
-use crate::view::{Kind, View};
+use crate::response::json::{self, choice_at};
+use crate::response::view::{Kind, View};
 
 /// The key of a choice's generated token ids, whose number places a `.npy`.
 pub(crate) const TOKEN_IDS: &str = "token_ids";
@@ -103,8 +103,8 @@ impl Counts {
 /// `usage.prompt_tokens` an integer): what a stream of the decode's needs
 /// to place its own (the stream's events carry no `usage`).
 pub(crate) fn counted_prefill<'a, V: View<'a>>(prefill: V) -> Option<u64> {
-    let choice = crate::response::prefill_choice(prefill)?;
-    let npy = choice.get(crate::fields::ROUTED_EXPERTS)?.kind() == Kind::String;
+    let choice = crate::response::paths::prefill_choice(prefill)?;
+    let npy = choice.get(crate::response::fields::ROUTED_EXPERTS)?.kind() == Kind::String;
     let counted = choice.get(TOKEN_IDS)?.kind() == Kind::Array;
     if !(npy && counted) {
         return None;

@@ -26,15 +26,15 @@ use crate::codec::base64::Base64;
 use crate::codec::text::{Encoder, Text, DECODE, PREFILL};
 use crate::codec::{npy, Form, NpyError};
 use crate::error::{Error, Location, Side};
-use crate::fields::ROUTED_EXPERTS;
-use crate::json;
-use crate::response::{prefill_choice, prefill_rows, rows_at};
-use crate::view::{describe_view, Kind, View};
+use crate::response::fields::ROUTED_EXPERTS;
+use crate::response::json;
+use crate::response::paths::{prefill_choice, prefill_rows, rows_at};
+use crate::response::view::{describe_view, Kind, View};
 
 use super::end_anchored::{self as anchor, Counts};
 use super::{Format, Level, Spec};
 use crate::format::places::{place, Holder, Holds, Place, RowsKind};
-use crate::patch::{Patch, Path, Scalar};
+use crate::response::patch::{Patch, Path, Scalar};
 
 /// vLLM's and prime-rl's inline rows, as a [`Format`].
 pub(crate) struct Inline;

@@ -27,12 +27,14 @@ pub(crate) mod end_anchored;
 pub(crate) mod inline;
 pub mod places;
 pub(crate) mod sglang;
+pub(crate) mod stitch;
+pub(crate) mod strict;
 pub(crate) mod table;
 
 use crate::error::Error;
-use crate::patch::Patch;
-use crate::stitch::Stitch;
-use crate::view::View;
+use crate::format::stitch::Stitch;
+use crate::response::patch::Patch;
+use crate::response::view::View;
 
 use by_handle::ByHandle;
 use end_anchored::Counts;
@@ -47,7 +49,7 @@ pub(crate) type All = (Inline, (ByHandle, (Sglang, ())));
 
 /// How a merge is made: the stitched fields, which rows ([`Stitch`]: every
 /// kind, or inline or by-handle rows alone), and whether merged layouts are
-/// held against the layout rule ([`crate::strict`]).
+/// held against the layout rule ([`crate::format::strict`]).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Spec<'f, S> {
     pub(crate) fields: &'f [S],

@@ -12,11 +12,11 @@ use serde_json::{Map, Value};
 use crate::algebra::{check_layout, Dtype, LayoutProblem, Segment};
 use crate::codec::Form;
 use crate::error::{describe, Location, Side};
-use crate::fields::ROUTED_EXPERTS;
 use crate::format::by_handle::item_at;
 use crate::format::by_handle::PAYLOAD;
 use crate::format::inline;
 use crate::reading::{FieldTable, Storage};
+use crate::response::fields::ROUTED_EXPERTS;
 
 use super::read::{coverage, segments_of};
 use super::report::{list, CheckReport, FieldReport};

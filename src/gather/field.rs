@@ -7,11 +7,11 @@ use serde_json::Value;
 
 use crate::algebra::Segment;
 use crate::error::{Location, Side};
-use crate::fields::ROUTED_EXPERTS;
 use crate::format::by_handle::item_at;
 use crate::format::by_handle::PAYLOAD;
 use crate::format::inline;
 use crate::reading::{read_segments, ByteRequest, FieldTable, ReadError, ReadOptions, Reading};
+use crate::response::fields::ROUTED_EXPERTS;
 
 use super::read::{choice_object, segments_of};
 use super::{GatherError, Store};

@@ -13,11 +13,11 @@ use serde_json::{Map, Value};
 use crate::algebra::{Dtype, Rows, Segment};
 use crate::codec::{Form, NpyError};
 use crate::error::{describe, Error, Location, Side};
-use crate::fields::ROUTED_EXPERTS;
 use crate::format::by_handle::item_at;
 use crate::format::by_handle::{Keys, PAYLOAD};
 use crate::format::inline;
-use crate::json::choice_at;
+use crate::response::fields::ROUTED_EXPERTS;
+use crate::response::json::choice_at;
 
 use super::{GatherError, Store};
 

@@ -24,7 +24,7 @@ use std::fmt;
 use serde_json::{json, Value};
 
 use crate::algebra::Dtype;
-use crate::fields::ROUTED_EXPERTS;
+use crate::response::fields::ROUTED_EXPERTS;
 
 use super::{gather_runs_from, gather_sglang, GatherError, Gathered, Store};
 

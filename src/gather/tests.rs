@@ -10,7 +10,7 @@ use super::read::coverage;
 use super::*;
 use crate::algebra::{Dtype, Rows};
 use crate::codec::Form;
-use crate::fields::ROUTED_EXPERTS;
+use crate::response::fields::ROUTED_EXPERTS;
 
 /// A `uint8` segment of `field` whose rows are `width` bytes wide.
 fn segment(field: &str, file: &str, offset: u64, pos: u64, rows: u64, width: u64) -> Value {

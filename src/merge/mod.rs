@@ -19,12 +19,12 @@ pub(crate) mod value;
 pub(crate) use crate::format::Spec;
 
 use crate::error::{Error, Location, Side};
-use crate::fields::DEFAULT_FIELDS;
+use crate::format::stitch::Stitch;
 use crate::format::{All, Formats, Level};
-use crate::json::choice_at;
-use crate::patch::Patch;
-use crate::stitch::Stitch;
-use crate::view::{describe_view, Kind, View};
+use crate::response::fields::DEFAULT_FIELDS;
+use crate::response::json::choice_at;
+use crate::response::patch::Patch;
+use crate::response::view::{describe_view, Kind, View};
 
 /// How the free functions merge what `what` names: the default fields, not
 /// strict.

@@ -4,11 +4,11 @@
 use serde_json::{Map, Value};
 
 use super::Spec;
+use crate::codec::splice;
 use crate::codec::text::Text;
 use crate::error::Error;
-use crate::patch::{Hop, Item, Patch, Path, Scalar};
-use crate::splice;
-use crate::view::View;
+use crate::response::patch::{Hop, Item, Patch, Path, Scalar};
+use crate::response::view::View;
 
 /// Stitches the enabled kinds of rows of `prefill` into `decode`: plans, then
 /// writes. On error `decode` is untouched.

@@ -90,9 +90,9 @@ pub struct FieldTable {
 }
 
 /// `routed_experts`: fixed, fill 0.
-pub const ROUTED_EXPERTS: &str = crate::fields::ROUTED_EXPERTS;
+pub const ROUTED_EXPERTS: &str = crate::response::fields::ROUTED_EXPERTS;
 /// `routed_expert_weights`: fixed, fill 0.0.
-pub const ROUTED_EXPERT_WEIGHTS: &str = crate::fields::ROUTED_EXPERT_WEIGHTS;
+pub const ROUTED_EXPERT_WEIGHTS: &str = crate::response::fields::ROUTED_EXPERT_WEIGHTS;
 /// `sampling_mask`: CSR int32, fill -1.
 pub const SAMPLING_MASK: &str = "sampling_mask";
 /// `sampling_mask_logprobs`: CSR float32, fill -inf.

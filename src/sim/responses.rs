@@ -5,11 +5,11 @@ use std::io;
 
 use serde_json::{json, Value};
 
-use crate::fields::{ROUTED_EXPERTS, ROUTED_EXPERT_WEIGHTS};
 use crate::format::by_handle::PAYLOAD;
 use crate::format::inline;
 use crate::gather::Store;
 use crate::reading::{SAMPLING_MASK, SAMPLING_MASK_LOGPROBS};
+use crate::response::fields::{ROUTED_EXPERTS, ROUTED_EXPERT_WEIGHTS};
 
 use super::config::Mode;
 use super::request::Request;

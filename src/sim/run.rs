@@ -9,9 +9,9 @@ use std::sync::Mutex;
 use serde_json::Value;
 
 use crate::error::Error;
-use crate::fields::ROUTED_EXPERTS;
 use crate::gather::{gather, read_choice_field, Store};
 use crate::reading::FieldTable;
+use crate::response::fields::ROUTED_EXPERTS;
 
 use super::config::{Config, Mode};
 use super::request::Request;

@@ -84,7 +84,7 @@ mod tokens;
 use crate::bytes::{self, Doc, ScannedValue};
 use crate::error::{Error, Side};
 use crate::format::end_anchored as anchor;
-use crate::stitch::Stitch;
+use crate::format::stitch::Stitch;
 use crate::stitcher::Stitcher;
 
 use prefilter::{may_carry_rows, next_suspect};

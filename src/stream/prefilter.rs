@@ -1,8 +1,8 @@
 //! The prefilter: which bytes may belong to an event that carries rows,
 //! found without parsing (module doc of [`super`]).
 
-use crate::fields::ROUTED_EXPERTS;
 use crate::format::by_handle::PAYLOAD;
+use crate::response::fields::ROUTED_EXPERTS;
 
 /// The prefilter: where in `bytes` the first needle that may mark rows
 /// starts (`bytes.len()` when none): a `routed_experts` that is not a null

@@ -6,7 +6,7 @@ use crate::bytes::{Doc, ScannedValue};
 use crate::format::by_handle::Keys;
 use crate::format::places::{Holder, Holds, RowsKind};
 use crate::format::table::every_place;
-use crate::view::{Kind, View};
+use crate::response::view::{Kind, View};
 
 /// Where an event's rows sit, to find a second rows event for the same.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

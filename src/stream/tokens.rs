@@ -3,7 +3,7 @@
 
 use crate::bytes::ScannedValue;
 use crate::format::end_anchored::Counts;
-use crate::view::View;
+use crate::response::view::View;
 
 use super::slots::choice_index;
 

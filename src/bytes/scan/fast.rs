@@ -2,7 +2,7 @@
 //! being recorded, whole runs at a time; any doubt is a refusal, and the
 //! reference reader then says where and why.
 
-use crate::view::Kind;
+use crate::response::view::Kind;
 
 use super::swar::{first_non_digit, is_special};
 use super::{LONG_INTEGER, MAX_DEPTH, SHORT};

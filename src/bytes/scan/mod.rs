@@ -24,7 +24,7 @@ mod unescape;
 use std::borrow::Cow;
 use std::ops::Range;
 
-use crate::view::Kind;
+use crate::response::view::Kind;
 
 use policy::Record;
 use reference::Scanner;

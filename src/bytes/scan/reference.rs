@@ -5,7 +5,7 @@
 use std::ops::Range;
 
 use crate::codec::base64::{alphabet_run, in_alphabet};
-use crate::view::Kind;
+use crate::response::view::Kind;
 
 use super::fast::{skip, special_end, Refused};
 use super::policy::Record;

@@ -20,13 +20,13 @@ use crate::algebra::Rows;
 use crate::codec::base64::Base64;
 use crate::codec::text::{Encoder, Text, DECODE, PREFILL};
 use crate::error::{Error, Location, Side};
-use crate::fields::ROUTED_EXPERTS;
-use crate::json;
-use crate::view::{Kind, View};
+use crate::response::fields::ROUTED_EXPERTS;
+use crate::response::json;
+use crate::response::view::{Kind, View};
 
 use super::{Format, Level, Spec};
 use crate::format::places::{place, Holder, Holds, Place, RowsKind};
-use crate::patch::{Patch, Path};
+use crate::response::patch::{Patch, Path};
 use solve::{Facts, Fault, Value as Which};
 
 /// The object of a `/generate` output that holds its rows and their counts.

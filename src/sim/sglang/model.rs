@@ -6,9 +6,9 @@
 use serde_json::{json, Value};
 
 use crate::algebra::Convention;
-use crate::fields::ROUTED_EXPERTS;
 use crate::format::inline::encode_base64;
 use crate::format::sglang::{META_INFO, SGLEXT, SGL_EXT};
+use crate::response::fields::ROUTED_EXPERTS;
 
 pub use crate::format::sglang::Api;
 

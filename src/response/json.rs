@@ -3,7 +3,7 @@
 
 use crate::algebra::Dtype;
 use crate::error::{Error, Location, Side};
-use crate::view::{describe_view, Kind, View};
+use crate::response::view::{describe_view, Kind, View};
 
 /// A JSON integer in `0..=u64::MAX`, or [`Error::Integer`] at `at()`.
 /// Inlined, with the error built out of line: three of these run for every

@@ -2,9 +2,9 @@
 //! formats and by the readers, below all of them.
 
 use crate::error::{Location, Side};
-use crate::fields::ROUTED_EXPERTS;
-use crate::json::choice_at;
-use crate::view::{Kind, View};
+use crate::response::fields::ROUTED_EXPERTS;
+use crate::response::json::choice_at;
+use crate::response::view::{Kind, View};
 
 /// `prefill.choices[0]`, when the prefill has one that is an object.
 pub(crate) fn prefill_choice<'a, V: View<'a>>(prefill: V) -> Option<V> {

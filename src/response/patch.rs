@@ -22,7 +22,7 @@ use std::rc::Rc;
 
 use crate::codec::text::Text;
 use crate::error::{Location, Side};
-use crate::view::View;
+use crate::response::view::View;
 
 /// One step of a [`Path`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
