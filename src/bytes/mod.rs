@@ -12,9 +12,11 @@
 //! index, and the decode's buffer is rewritten in place where only the
 //! stitched values change:
 //!
-//! - the output is the decode's bytes with only `choices[i].payload` and
-//!   `choices[i].routed_experts` values replaced: whitespace, key order,
-//!   number spellings, escapes and every other byte are kept;
+//! - the output is the decode's bytes with only the stitched rows values
+//!   replaced (the places of the table of where rows sit: a choice's
+//!   `payload` and `routed_experts`, SGLang's rows), as the plan's patches
+//!   say: whitespace, key order, number spellings, escapes and every other
+//!   byte are kept;
 //! - `Ok(false)` and every error leave the decode's bytes untouched;
 //! - text that is not JSON (not UTF-8, a syntax error, trailing characters,
 //!   nesting deeper than `serde_json` allows) is [`Error::Json`].
