@@ -80,25 +80,45 @@ pub(crate) fn is_choice_rows(key: &[u8]) -> bool {
 /// The keys of the places that `holder` holds, each once, in the table's
 /// order.
 pub fn keys_of(holder: Holder) -> impl Iterator<Item = &'static str> {
-    let mut keys: Vec<&'static str> = Vec::new();
-    for place in every_place().filter(|p| p.holder == holder) {
-        if !keys.contains(&place.key) {
-            keys.push(place.key);
-        }
-    }
-    keys.into_iter()
+    holders()
+        .iter()
+        .find(|(h, _)| *h == holder)
+        .map_or(&[][..], |(_, keys)| keys.as_slice())
+        .iter()
+        .copied()
 }
 
 /// The holders that are objects (of a choice, or of the response), each
 /// once, in the table's order.
 pub fn object_holders() -> impl Iterator<Item = Holder> {
-    let mut holders: Vec<Holder> = Vec::new();
-    for place in every_place().filter(|p| p.holder != Holder::Choice) {
-        if !holders.contains(&place.holder) {
-            holders.push(place.holder);
+    holders()
+        .iter()
+        .map(|(holder, _)| *holder)
+        .filter(|holder| *holder != Holder::Choice)
+}
+
+/// Every holder with its keys, each once, in the table's order: built once,
+/// since the Python binding asks for them on every response it converts.
+fn holders() -> &'static [(Holder, Vec<&'static str>)] {
+    static HOLDERS: OnceLock<Vec<(Holder, Vec<&'static str>)>> = OnceLock::new();
+    HOLDERS.get_or_init(|| {
+        let mut holders: Vec<(Holder, Vec<&'static str>)> = Vec::new();
+        for place in every_place() {
+            let at = match holders.iter().position(|(h, _)| *h == place.holder) {
+                Some(at) => at,
+                None => {
+                    holders.push((place.holder, Vec::new()));
+                    holders.len() - 1
+                }
+            };
+            if let Some((_, keys)) = holders.get_mut(at) {
+                if !keys.contains(&place.key) {
+                    keys.push(place.key);
+                }
+            }
         }
-    }
-    holders.into_iter()
+        holders
+    })
 }
 
 #[cfg(test)]
@@ -131,5 +151,10 @@ mod tests {
             keys_of(meta_info).collect::<Vec<_>>(),
             ["routed_experts", "prompt_tokens", "completion_tokens"]
         );
+        let choice: Vec<_> = keys_of(Holder::Choice).collect();
+        for key in ["routed_experts", "payload", "token_ids"] {
+            assert_eq!(choice.iter().filter(|k| **k == key).count(), 1, "{key}");
+        }
+        assert_eq!(keys_of(Holder::Member("choices")).count(), 0);
     }
 }

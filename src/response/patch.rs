@@ -52,12 +52,16 @@ impl Path {
         len: 0,
     };
 
-    /// The path one step further. A format's paths are a few steps deep:
-    /// a step beyond [`MAX_HOPS`] is a bug of the format, which the tests
-    /// of every format's paths would show; it is dropped rather than
-    /// panicking.
+    /// The path one step further. A format's paths are a few steps deep,
+    /// fixed by its code and not by its input: a step beyond [`MAX_HOPS`]
+    /// is a bug of the format. Debug builds (every test) stop on it; a
+    /// release build drops the step rather than panicking.
     #[must_use]
     pub(crate) fn then(mut self, hop: Hop) -> Path {
+        debug_assert!(
+            self.len < MAX_HOPS,
+            "a path deeper than MAX_HOPS ({MAX_HOPS}): raise it"
+        );
         if let Some(slot) = self.hops.get_mut(self.len) {
             *slot = hop;
             self.len += 1;
@@ -193,7 +197,16 @@ mod tests {
         assert_eq!(parent, Path::ROOT.key("choices").index(2));
         assert_eq!(last, Hop::Key("routed_experts"));
         assert_eq!(Path::ROOT.split_last(), None);
-        let deep = (0..9).fold(Path::ROOT, |p, i| p.index(i));
-        assert_eq!(deep.hops().len(), MAX_HOPS);
+        let deepest = (0..MAX_HOPS).fold(Path::ROOT, |p, i| p.index(i));
+        assert_eq!(deepest.hops().len(), MAX_HOPS);
+        assert_eq!(deepest.hops().last(), Some(&Hop::Index(MAX_HOPS - 1)));
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "deeper than MAX_HOPS")]
+    fn a_step_beyond_the_deepest_path_is_a_bug_tests_stop_on() {
+        let deepest = (0..MAX_HOPS).fold(Path::ROOT, |p, i| p.index(i));
+        let _ = deepest.key("routed_experts");
     }
 }
