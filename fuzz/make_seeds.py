@@ -11,6 +11,10 @@ inputs that reach deep into the merge instead of rediscovering the format:
 - for the bytes entry point (bytes_merge_for_pd), every seed of
   merge_routed_experts_for_pd, and variants of the seed example that are not
   JSON or whose keys are repeated or escaped;
+- the real engines' answers, tests/fixtures/engines/ (vLLM 0.32's generate
+  pairs with their `token_ids` and `usage.prompt_tokens`, SGLang 0.5.23's
+  `/generate` pairs, a batch among them), byte for byte as the servers sent
+  them, and their decode streams for stream_stitch;
 - optionally, pairs rebuilt from a simulator run's merged responses: the
   prefill's segments or rows split off, and the decode given back its row for
   the last prompt position, as a decode instance writes it.
@@ -37,13 +41,18 @@ FOR_PD = "merge_routed_experts_for_pd"
 BYTES = "bytes_merge_for_pd"
 # SGLang's structured pairs (fuzz_targets/sglang_merge.rs): raw bytes.
 SGLANG = "sglang_merge"
+# The streaming target: the prefill's bytes, NUL, the decode's stream. Its
+# two hand-written seeds stay; the engines' streams are written beside them
+# (names starting "engine-").
+STREAM = "stream_stitch"
+ENGINES = ROOT / "tests" / "fixtures" / "engines"
 # The simulator's requests with the smallest responses of `--seed 11`.
 SIM_REQUESTS = ["req-0006", "req-0017", "req-0019"]
 ITEMSIZE = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2,
             "float16": 2, "bfloat16": 2, "int32": 4, "uint32": 4,
             "float32": 4, "int64": 8, "uint64": 8, "float64": 8}
 
-seeds = {BY_HANDLE: {}, INLINE: {}, FOR_PD: {}, BYTES: {}}
+seeds = {BY_HANDLE: {}, INLINE: {}, FOR_PD: {}, BYTES: {}, STREAM: {}}
 
 
 def minify(value):
@@ -247,7 +256,39 @@ def sglang_pairs():
         seeds.setdefault(SGLANG, {})[f"sglang-{name}"] = bytes(data)
 
 
+def engine_pairs():
+    """The real engines' answers as they came off the wire: the counted
+    `.npy` rules (SPEC section 4a) and SGLang's rows are then fuzzed from
+    what engines send, not only from what this project writes."""
+    vllm = ENGINES / "vllm"
+    for prompt in ["p45", "p70", "turn2"]:
+        folder = vllm / prompt
+        prefill = (folder / "prefill.json").read_bytes()
+        for decode in sorted(folder.glob("decode*.json")):
+            if decode.name.endswith(".request.json"):
+                continue
+            first = prefill
+            if decode.name == "decode-n2.json":
+                first = (folder / "prefill-n2.json").read_bytes()
+            add([FOR_PD], f"engine-vllm-{prompt}-{decode.stem}", first, decode.read_bytes())
+        for stream in sorted(folder.glob("decode*.sse")):
+            name = f"engine-vllm-{prompt}-{stream.stem}"
+            seeds[STREAM][name] = prefill.rstrip() + b"\0" + stream.read_bytes()
+    sglang = ENGINES / "sglang"
+    prefill = (sglang / "prefill.json").read_bytes()
+    for decode in ["decode_from_prompt", "decode_full_length_fresh"]:
+        add([FOR_PD], f"engine-sglang-{decode}", prefill, (sglang / f"{decode}.json").read_bytes())
+    add([FOR_PD], "engine-sglang-batch", (sglang / "batch_prefill.json").read_bytes(),
+        (sglang / "batch_decode.json").read_bytes())
+    add([FOR_PD], "engine-sglang-after-wrap",
+        (sglang / "decode_full_length_after_wrap_prefill.json").read_bytes(),
+        (sglang / "decode_full_length_after_wrap.json").read_bytes())
+    seeds[STREAM]["engine-sglang-decode_stream"] = (
+        prefill.rstrip() + b"\0" + (sglang / "decode_stream.sse").read_bytes())
+
+
 def main():
+    engine_pairs()
     sglang_pairs()
     committed_pairs()
     npy_pairs()
@@ -255,8 +296,12 @@ def main():
     if len(sys.argv) > 1:
         simulated_pairs(pathlib.Path(sys.argv[1]))
     for target, files in seeds.items():
-        shutil.rmtree(SEEDS / target, ignore_errors=True)
-        (SEEDS / target).mkdir(parents=True)
+        if target == STREAM:
+            for old in (SEEDS / target).glob("engine-*"):
+                old.unlink()
+        else:
+            shutil.rmtree(SEEDS / target, ignore_errors=True)
+        (SEEDS / target).mkdir(parents=True, exist_ok=True)
         for name, data in sorted(files.items()):
             (SEEDS / target / name).write_bytes(data)
         print(f"{target}: {len(files)} seeds, {sum(map(len, files.values()))} bytes")

@@ -68,8 +68,13 @@ impl Kinds {
     };
 }
 
-/// The stitched field of the free entry points.
+/// The inline and SGLang rows' field.
 const FIELD: &str = "routed_experts";
+
+/// The payload fields the free entry points stitch: the library's defaults,
+/// `routed_experts` and `routed_expert_weights`. Each is stitched at its own
+/// cut, so the by-handle laws are checked field by field.
+const STITCHED: &[&str] = pd_stitch::DEFAULT_FIELDS;
 
 /// `(prefill, decode)` from a fuzz input, or `None` when it is not two JSON
 /// texts separated by a NUL.
@@ -209,11 +214,16 @@ fn check_sglang(prefill: &Value, decode: &Value, merged: &Value) {
     for path in sglang_paths(decode) {
         let (d, m) = (lookup(decode, &path), lookup(merged, &path));
         if !has.contains(&path) {
-            assert!(d == m, "Q1: rows the prefill has none of changed at {path:?}");
+            assert!(
+                d == m,
+                "Q1: rows the prefill has none of changed at {path:?}"
+            );
             continue;
         }
         let text = |v: Option<&Value>, what: &str| {
-            let text = v.and_then(Value::as_str).unwrap_or_else(|| panic!("Q2: {what} rows at {path:?} merged but not a string"));
+            let text = v
+                .and_then(Value::as_str)
+                .unwrap_or_else(|| panic!("Q2: {what} rows at {path:?} merged but not a string"));
             base64(text, what)
         };
         let (p, d, m) = (
@@ -221,7 +231,11 @@ fn check_sglang(prefill: &Value, decode: &Value, merged: &Value) {
             text(d, "decode"),
             text(m, "merged"),
         );
-        assert!(m.len() % 4 == 0, "Q2: merged rows of {} bytes at {path:?}", m.len());
+        assert!(
+            m.len() % 4 == 0,
+            "Q2: merged rows of {} bytes at {path:?}",
+            m.len()
+        );
         assert!(
             m.len() >= p.len() && m[..p.len()] == p[..],
             "Q6: merged rows at {path:?} do not start with the prefill's"
@@ -259,7 +273,11 @@ fn prefill_inline(prefill: &Value) -> Option<&Value> {
 }
 
 fn is_stitched(item: &Value) -> bool {
-    item.get("field").and_then(Value::as_str) == Some(FIELD)
+    field_of(item).is_some_and(|field| STITCHED.contains(&field))
+}
+
+fn field_of(item: &Value) -> Option<&str> {
+    item.get("field").and_then(Value::as_str)
 }
 
 // ---------------------------------------------------------------- by handle
@@ -372,9 +390,6 @@ fn check_by_handle(prefill: &[&Value], d: &Value, m: &Value, i: usize) {
         .and_then(Value::as_array)
         .unwrap_or_else(|| panic!("R5: choices[{i}] has no payload array after the merge"));
 
-    let p: Vec<Seg> = prefill.iter().map(|x| seg(x)).collect();
-    let cut = p.iter().map(|s| s.end).max().expect("not empty");
-
     // L7: the prefill's stitched segments first, as they are, in order.
     assert!(
         after.len() >= prefill.len() && after.iter().zip(prefill).all(|(a, b)| a == *b),
@@ -388,25 +403,49 @@ fn check_by_handle(prefill: &[&Value], d: &Value, m: &Value, i: usize) {
         others(after) == others(before),
         "L5: choices[{i}]'s non-stitched items changed"
     );
-    // L9: after the prefix, the decode's stitched segments each as R5 says.
-    let want: Vec<Value> = before
-        .iter()
-        .filter(|x| is_stitched(x))
-        .filter_map(|x| fate(x, cut))
-        .collect();
-    let got: Vec<Value> = after[prefill.len()..]
-        .iter()
-        .filter(|x| is_stitched(x))
-        .cloned()
-        .collect();
+    for field in STITCHED {
+        let of = |items: &[Value]| -> Vec<Value> {
+            items
+                .iter()
+                .filter(|x| field_of(x) == Some(field))
+                .cloned()
+                .collect()
+        };
+        let mine: Vec<&Value> = prefill
+            .iter()
+            .copied()
+            .filter(|x| field_of(x) == Some(field))
+            .collect();
+        if mine.is_empty() {
+            // Nothing of this field to stitch: the decode's segments of it
+            // stay as they were.
+            assert!(
+                of(&after[prefill.len()..]) == of(before),
+                "R1: choices[{i}]'s {field} segments changed with no prefill segment of it"
+            );
+            continue;
+        }
+        check_field(&mine, &of(before), &of(after)[mine.len()..], field, i);
+    }
+}
+
+/// L9, L2 and L1 for one stitched field: `prefill` its prefill segments,
+/// `before` the decode's segments of it, `after` the merged ones after the
+/// prefill's.
+fn check_field(prefill: &[&Value], before: &[Value], after: &[Value], field: &str, i: usize) {
+    let p: Vec<Seg> = prefill.iter().map(|x| seg(x)).collect();
+    let cut = p.iter().map(|s| s.end).max().expect("not empty");
+
+    // L9: after the prefix, the decode's segments each as R5 says.
+    let want: Vec<Value> = before.iter().filter_map(|x| fate(x, cut)).collect();
     assert!(
-        got == want,
-        "L9: choices[{i}]'s decode segments are not dropped/clipped/kept at cut {cut}"
+        after == want,
+        "L9: choices[{i}]'s decode {field} segments are not dropped/clipped/kept at cut {cut}"
     );
 
     // L2: coverage(M) = coverage(P) ∪ (coverage(D) ∩ [cut, ∞)).
-    let dsegs: Vec<Seg> = before.iter().filter(|x| is_stitched(x)).map(seg).collect();
-    let msegs: Vec<Seg> = after.iter().filter(|x| is_stitched(x)).map(seg).collect();
+    let dsegs: Vec<Seg> = before.iter().map(seg).collect();
+    let msegs: Vec<Seg> = p.iter().copied().chain(after.iter().map(seg)).collect();
     let expected = union(
         p.iter()
             .map(|s| (s.pos, s.end))
@@ -414,13 +453,13 @@ fn check_by_handle(prefill: &[&Value], d: &Value, m: &Value, i: usize) {
     );
     assert!(
         union(msegs.iter().map(|s| (s.pos, s.end))) == expected,
-        "L2: choices[{i}]'s coverage is not the prefill's plus the decode's from cut {cut}"
+        "L2: choices[{i}]'s {field} coverage is not the prefill's plus the decode's from cut {cut}"
     );
     // L1: disjoint sides make a disjoint merge.
     if disjoint(&p) && disjoint(&dsegs) {
         assert!(
             disjoint(&msegs),
-            "L1: choices[{i}]'s merged segments overlap"
+            "L1: choices[{i}]'s merged {field} segments overlap"
         );
     }
 }
@@ -773,7 +812,10 @@ pub fn check_stream(data: &[u8]) {
         None => (&br#"{"choices": [{}]}"#[..], data),
     };
     let Ok(mut whole) = StreamStitcher::new(Stitcher::new(), prefill) else {
-        assert!(serde_json::from_slice::<Value>(prefill).is_err(), "a JSON prefill was refused");
+        assert!(
+            serde_json::from_slice::<Value>(prefill).is_err(),
+            "a JSON prefill was refused"
+        );
         return;
     };
     let run = |stitcher: &mut StreamStitcher, chunks: &mut dyn Iterator<Item = &[u8]>| {
@@ -788,10 +830,17 @@ pub fn check_stream(data: &[u8]) {
     };
     let (out, result) = run(&mut whole, &mut std::iter::once(stream));
     if result.is_err() {
-        let again = whole.feed(b"data: x
+        let again = whole.feed(
+            b"data: x
 
-", &mut Vec::new());
-        assert_eq!(again.map_err(|e| e.kind()), Err(ErrorKind::StreamClosed), "SL4: fed after an error");
+",
+            &mut Vec::new(),
+        );
+        assert_eq!(
+            again.map_err(|e| e.kind()),
+            Err(ErrorKind::StreamClosed),
+            "SL4: fed after an error"
+        );
     }
     // Chunk sizes from the stream's own bytes.
     let mut sizes = stream.iter().map(|&b| usize::from(b % 17) + 1).cycle();
@@ -806,9 +855,17 @@ pub fn check_stream(data: &[u8]) {
         Some(chunk)
     });
     let mut chunked = StreamStitcher::new(Stitcher::new(), prefill).expect("accepted once");
-    assert_eq!(run(&mut chunked, &mut chunks), (out.clone(), result), "SL1: chunks");
+    assert_eq!(
+        run(&mut chunked, &mut chunks),
+        (out.clone(), result),
+        "SL1: chunks"
+    );
     let mut bytewise = StreamStitcher::new(Stitcher::new(), prefill).expect("accepted once");
-    assert_eq!(run(&mut bytewise, &mut stream.chunks(1)), (out.clone(), result), "SL1: bytes");
+    assert_eq!(
+        run(&mut bytewise, &mut stream.chunks(1)),
+        (out.clone(), result),
+        "SL1: bytes"
+    );
     // SL5: the prefill given late, after a number of chunks of 7 bytes
     // that the stream's first byte chooses: the same bytes, the same end.
     let pieces: Vec<&[u8]> = stream.chunks(7).collect();
@@ -837,6 +894,139 @@ pub fn check_stream(data: &[u8]) {
     if !find(b"routed_experts") && !find(b"payload") && !find(b"\\u") {
         assert_eq!(result, Ok(()), "SL2: a stream without rows keys failed");
         assert_eq!(out, stream, "SL2: a stream without rows keys changed");
+    }
+}
+
+// ------------------------------------------------- SGLang, structured pairs
+
+/// One structured SGLang pair from fuzz bytes, merged through the `Value`
+/// and the bytes path and held to a reference written from Q4 literally
+/// (widths searched up to 128, more than any input here has ids): a pair
+/// whose readings all keep the same decode ids merges to the prefill's ids
+/// followed by those; any other is an error that changes nothing.
+pub fn check_sglang_pair(data: &[u8]) {
+    use pd_stitch::{Stitch, Stitcher};
+    let byte = |i: usize| data.get(i).copied().unwrap_or(0);
+    let shape = byte(0);
+    let slot = byte(1) % 3;
+    let batch = slot == 0 && byte(1) & 0x80 != 0;
+    let items = if batch {
+        1 + usize::from(byte(2) % 3)
+    } else {
+        1
+    };
+    let stitcher = match shape % 5 {
+        0 => Stitcher::new(),
+        n => Stitcher::new().row_shape(u64::from(n - 1), u64::from(1 + shape / 5 % 3)),
+    };
+    let width = match shape % 5 {
+        0 => None,
+        n => Some(u64::from(n - 1) * u64::from(1 + shape / 5 % 3)),
+    };
+    let b64 = |ids: &[i32]| {
+        base64::engine::general_purpose::STANDARD.encode(
+            ids.iter()
+                .flat_map(|i| i.to_le_bytes())
+                .collect::<Vec<u8>>(),
+        )
+    };
+    let output = |p: u64, c: u64, ids: &[i32]| -> Value {
+        let rows = Value::String(b64(ids));
+        match slot {
+            0 => {
+                serde_json::json!({"text": "x", "meta_info": {"prompt_tokens": p, "completion_tokens": c, "routed_experts": rows}})
+            }
+            1 => {
+                serde_json::json!({"choices": [{"index": 0}], "usage": {"prompt_tokens": p, "completion_tokens": c}, "sglext": {"routed_experts": rows}})
+            }
+            _ => {
+                serde_json::json!({"choices": [{"index": 0, "sgl_ext": {"routed_experts": rows}}], "usage": {"prompt_tokens": p, "completion_tokens": c}})
+            }
+        }
+    };
+    let (mut prefill, mut decode, mut expected) = (Vec::new(), Vec::new(), Vec::new());
+    let mut all_merge = true;
+    for item in 0..items {
+        let at = 3 + 5 * item;
+        let prompt = u64::from(byte(at) % 17);
+        let c_p = u64::from(byte(at + 1) % 4);
+        let c_d = u64::from(byte(at + 2) % 25);
+        let i_p = u64::from(byte(at + 3) % 65);
+        let i_d = u64::from(byte(at + 4) % 97);
+        let pv: Vec<i32> = (0..i_p as i32).map(|i| 1 + i).collect();
+        let dv: Vec<i32> = (0..i_d as i32).map(|i| -1 - i).collect();
+        let mut kept = std::collections::BTreeSet::new();
+        if prompt + c_p > 0 && prompt + c_d > 0 && width != Some(0) {
+            let (cut, e_d) = (prompt + c_p - 1, prompt + c_d - 1);
+            let widths: Vec<u64> = width.map_or_else(|| (1..=128).collect(), |w| vec![w]);
+            for w in widths {
+                if i_p % w != 0 || i_d % w != 0 || i_p / w > cut || i_d / w > e_d {
+                    continue;
+                }
+                let (s_p, s_d) = (cut - i_p / w, e_d - i_d / w);
+                if s_p <= prompt
+                    && s_d <= prompt
+                    && (s_d == s_p || s_d == prompt)
+                    && s_d <= cut
+                    && cut <= e_d
+                {
+                    kept.insert(w * (e_d - cut));
+                }
+            }
+        }
+        prefill.push(output(prompt, c_p, &pv));
+        decode.push(output(prompt, c_d, &dv));
+        if kept.len() == 1 {
+            let t = *kept.iter().next().unwrap_or(&0) as usize;
+            let mut ids = pv.clone();
+            ids.extend_from_slice(&dv[dv.len() - t..]);
+            expected.push(output(prompt, c_d, &ids));
+        } else {
+            all_merge = false;
+            expected.push(Value::Null);
+        }
+    }
+    let side = |items: Vec<Value>| {
+        if batch {
+            Value::Array(items)
+        } else {
+            items.into_iter().next().unwrap_or(Value::Null)
+        }
+    };
+    let (prefill, decode, expected) = (side(prefill), side(decode), side(expected));
+    let mut merged = decode.clone();
+    let result = stitcher.merge(&prefill, &mut merged, Stitch::ForPd);
+    let (ptext, dtext) = (
+        serde_json::to_vec(&prefill).unwrap_or_default(),
+        serde_json::to_vec(&decode).unwrap_or_default(),
+    );
+    let mut out = dtext.clone();
+    let got = stitcher.merge_bytes(&ptext, &mut out, Stitch::ForPd);
+    assert!(got == result, "B1: bytes {got:?}, Value {result:?}");
+    if all_merge {
+        assert!(
+            result == Ok(true),
+            "Q4/Q5: a determined pair was refused: {result:?}"
+        );
+        assert!(
+            merged == expected,
+            "Q6: merged {merged} but the reference is {expected}"
+        );
+        assert!(
+            serde_json::from_slice::<Value>(&out).ok() == Some(merged),
+            "B1: the bytes output parses to another value"
+        );
+    } else {
+        let kind = result.as_ref().err().map(pd_stitch::Error::kind);
+        assert!(
+            matches!(
+                kind,
+                Some(pd_stitch::ErrorKind::Positions | pd_stitch::ErrorKind::Coverage)
+            ),
+            "Q4/Q5: an undetermined pair gave {result:?}"
+        );
+        assert!(merged == decode, "Q7: an error changed the decode");
+        assert!(out == dtext, "Q7/B4: an error changed the decode's bytes");
     }
 }
 
@@ -975,9 +1165,7 @@ mod tests {
     /// A real `Error::Coverage` (the variants are non_exhaustive: not built
     /// by hand) at a place no seed's is: the third choice's rows.
     fn coverage_elsewhere() -> pd_stitch::Error {
-        let rows = |start: u64| {
-            serde_json::json!({"data": "AQID", "shape": [1, 1, 3], "start": start, "dtype": "uint8"})
-        };
+        let rows = |start: u64| serde_json::json!({"data": "AQID", "shape": [1, 1, 3], "start": start, "dtype": "uint8"});
         let prefill = serde_json::json!({"choices": [{"routed_experts": rows(0)}]});
         let mut decode = serde_json::json!({"choices": [
             {"routed_experts": rows(0)}, {"routed_experts": rows(0)}, {"routed_experts": rows(7)}]});
@@ -997,6 +1185,39 @@ mod tests {
 
     /// The bytes target's seeds pass, and reach every outcome: merges, no-ops,
     /// errors of the merge and refusals of text that is not JSON.
+    /// A break confined to `routed_expert_weights` segments: the oracle
+    /// once checked `routed_experts` alone and took the weights for items a
+    /// merge must not touch, so the simulator's seeds with weights failed L5
+    /// and a merge that broke only the weights passed.
+    #[test]
+    fn weights_are_held_to_the_laws_at_their_own_cut() {
+        let handle = "merge_routed_payload_in_json";
+        let with_weights = |data: &Vec<u8>| {
+            split(data).is_some_and(|(p, _)| {
+                prefill_segments(&p)
+                    .iter()
+                    .any(|x| field_of(x) == Some("routed_expert_weights"))
+            })
+        };
+        assert!(
+            seeds(handle).iter().any(|(_, data)| with_weights(data)),
+            "no seed of {handle} carries routed_expert_weights segments"
+        );
+        let weights_only: Merge = |p, d| {
+            let result = pd_stitch::merge_routed_payload_in_json(p, d);
+            let prefix = prefill_segments(p).len();
+            for choice in d["choices"].as_array_mut().into_iter().flatten() {
+                let items = choice["payload"].as_array_mut().into_iter().flatten();
+                items
+                    .skip(prefix)
+                    .filter(|x| field_of(x) == Some("routed_expert_weights"))
+                    .for_each(|x| x["offset"] = Value::from(x["offset"].as_u64().unwrap() + 1));
+            }
+            result
+        };
+        assert!(fires(handle, weights_only, Kinds::BY_HANDLE));
+    }
+
     #[test]
     fn bytes_seeds_pass_and_reach_every_outcome() {
         let [mut json, mut err, mut noop, mut merged] = [0; 4];
@@ -1169,107 +1390,11 @@ mod tests {
             }
             r
         }
-        let fired = seeds("merge_routed_experts_for_pd").iter().any(|(_, data)| {
-            catch_unwind(AssertUnwindSafe(|| check(data, wrong, Kinds::BOTH))).is_err()
-        });
+        let fired = seeds("merge_routed_experts_for_pd")
+            .iter()
+            .any(|(_, data)| {
+                catch_unwind(AssertUnwindSafe(|| check(data, wrong, Kinds::BOTH))).is_err()
+            });
         assert!(fired);
     }
-}
-
-// ------------------------------------------------- SGLang, structured pairs
-
-/// One structured SGLang pair from fuzz bytes, merged through the `Value`
-/// and the bytes path and held to a reference written from Q4 literally
-/// (widths searched up to 128, more than any input here has ids): a pair
-/// whose readings all keep the same decode ids merges to the prefill's ids
-/// followed by those; any other is an error that changes nothing.
-pub fn check_sglang_pair(data: &[u8]) {
-    use pd_stitch::{Stitch, Stitcher};
-    let byte = |i: usize| data.get(i).copied().unwrap_or(0);
-    let shape = byte(0);
-    let slot = byte(1) % 3;
-    let batch = slot == 0 && byte(1) & 0x80 != 0;
-    let items = if batch { 1 + usize::from(byte(2) % 3) } else { 1 };
-    let stitcher = match shape % 5 {
-        0 => Stitcher::new(),
-        n => Stitcher::new().row_shape(u64::from(n - 1), u64::from(1 + shape / 5 % 3)),
-    };
-    let width = match shape % 5 {
-        0 => None,
-        n => Some(u64::from(n - 1) * u64::from(1 + shape / 5 % 3)),
-    };
-    let b64 = |ids: &[i32]| {
-        base64::engine::general_purpose::STANDARD
-            .encode(ids.iter().flat_map(|i| i.to_le_bytes()).collect::<Vec<u8>>())
-    };
-    let output = |p: u64, c: u64, ids: &[i32]| -> Value {
-        let rows = Value::String(b64(ids));
-        match slot {
-            0 => serde_json::json!({"text": "x", "meta_info": {"prompt_tokens": p, "completion_tokens": c, "routed_experts": rows}}),
-            1 => serde_json::json!({"choices": [{"index": 0}], "usage": {"prompt_tokens": p, "completion_tokens": c}, "sglext": {"routed_experts": rows}}),
-            _ => serde_json::json!({"choices": [{"index": 0, "sgl_ext": {"routed_experts": rows}}], "usage": {"prompt_tokens": p, "completion_tokens": c}}),
-        }
-    };
-    let (mut prefill, mut decode, mut expected) = (Vec::new(), Vec::new(), Vec::new());
-    let mut all_merge = true;
-    for item in 0..items {
-        let at = 3 + 5 * item;
-        let prompt = u64::from(byte(at) % 17);
-        let c_p = u64::from(byte(at + 1) % 4);
-        let c_d = u64::from(byte(at + 2) % 25);
-        let i_p = u64::from(byte(at + 3) % 65);
-        let i_d = u64::from(byte(at + 4) % 97);
-        let pv: Vec<i32> = (0..i_p as i32).map(|i| 1 + i).collect();
-        let dv: Vec<i32> = (0..i_d as i32).map(|i| -1 - i).collect();
-        let mut kept = std::collections::BTreeSet::new();
-        if prompt + c_p > 0 && prompt + c_d > 0 && width != Some(0) {
-            let (cut, e_d) = (prompt + c_p - 1, prompt + c_d - 1);
-            let widths: Vec<u64> = width.map_or_else(|| (1..=128).collect(), |w| vec![w]);
-            for w in widths {
-                if i_p % w != 0 || i_d % w != 0 || i_p / w > cut || i_d / w > e_d {
-                    continue;
-                }
-                let (s_p, s_d) = (cut - i_p / w, e_d - i_d / w);
-                if s_p <= prompt && s_d <= prompt && (s_d == s_p || s_d == prompt) && s_d <= cut && cut <= e_d {
-                    kept.insert(w * (e_d - cut));
-                }
-            }
-        }
-        prefill.push(output(prompt, c_p, &pv));
-        decode.push(output(prompt, c_d, &dv));
-        if kept.len() == 1 {
-            let t = *kept.iter().next().unwrap_or(&0) as usize;
-            let mut ids = pv.clone();
-            ids.extend_from_slice(&dv[dv.len() - t..]);
-            expected.push(output(prompt, c_d, &ids));
-        } else {
-            all_merge = false;
-            expected.push(Value::Null);
-        }
-    }
-    let side = |items: Vec<Value>| if batch { Value::Array(items) } else { items.into_iter().next().unwrap_or(Value::Null) };
-    let (prefill, decode, expected) = (side(prefill), side(decode), side(expected));
-    let mut merged = decode.clone();
-    let result = stitcher.merge(&prefill, &mut merged, Stitch::ForPd);
-    let (ptext, dtext) = (serde_json::to_vec(&prefill).unwrap_or_default(), serde_json::to_vec(&decode).unwrap_or_default());
-    let mut out = dtext.clone();
-    let got = stitcher.merge_bytes(&ptext, &mut out, Stitch::ForPd);
-    assert!(got == result, "B1: bytes {got:?}, Value {result:?}");
-    if all_merge {
-        assert!(result == Ok(true), "Q4/Q5: a determined pair was refused: {result:?}");
-        assert!(merged == expected, "Q6: merged {merged} but the reference is {expected}");
-        assert!(
-            serde_json::from_slice::<Value>(&out).ok() == Some(merged),
-            "B1: the bytes output parses to another value"
-        );
-    } else {
-        let kind = result.as_ref().err().map(pd_stitch::Error::kind);
-        assert!(
-            matches!(kind, Some(pd_stitch::ErrorKind::Positions | pd_stitch::ErrorKind::Coverage)),
-            "Q4/Q5: an undetermined pair gave {result:?}"
-        );
-        assert!(merged == decode, "Q7: an error changed the decode");
-        assert!(out == dtext, "Q7/B4: an error changed the decode's bytes");
-    }
-
 }
