@@ -194,7 +194,13 @@ mod tests {
             ]
         );
         let (parent, last) = path.split_last().unwrap();
+        // Equal by its steps alone: `parent` still holds the dropped step in
+        // a slot past its end.
         assert_eq!(parent, Path::ROOT.key("choices").index(2));
+        assert_ne!(parent, path);
+        assert_ne!(parent, Path::ROOT.key("choices").index(3));
+        assert_ne!(parent, Path::ROOT.key("choice").index(2));
+        assert_ne!(Path::ROOT.key("0"), Path::ROOT.index(0));
         assert_eq!(last, Hop::Key("routed_experts"));
         assert_eq!(Path::ROOT.split_last(), None);
         let deepest = (0..MAX_HOPS).fold(Path::ROOT, |p, i| p.index(i));
