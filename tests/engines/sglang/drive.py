@@ -46,8 +46,11 @@ WIDTH = LAYERS * TOP_K
 
 
 class Answer:
-    def __init__(self, status, body, t_headers, t_first, t_total):
+    def __init__(self, status, body, t_headers, t_first, t_total, sent_at=None):
         self.status = status
+        # time.monotonic() when the request was sent: the clock tap.py's
+        # `at` reads (CLOCK_MONOTONIC, one for every process of the machine)
+        self.sent_at = sent_at
         self.body = body  # bytes, as received
         self.t_headers = t_headers  # seconds from sending to the headers
         self.t_first = t_first  # ... to the first byte of the body
@@ -70,6 +73,7 @@ def post(url, path, body, timeout=120):
     u = urlsplit(url)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
     data = json.dumps(body).encode()
+    sent_at = time.monotonic()
     t0 = time.perf_counter()
     conn.request("POST", path, data, {"Content-Type": "application/json"})
     resp = conn.getresponse()
@@ -79,7 +83,7 @@ def post(url, path, body, timeout=120):
     rest = resp.read()
     t_total = time.perf_counter() - t0
     conn.close()
-    return Answer(resp.status, first + rest, t_headers, t_first, t_total)
+    return Answer(resp.status, first + rest, t_headers, t_first, t_total, sent_at)
 
 
 def post_pair(args, body, decode_extra=None):
@@ -187,6 +191,7 @@ class Run:
         self.stale = []  # observations of the decode's full-length prompt rows
         self.tap = Tap(args.tap_log) if args.tap_log else None
         self.last_tapped = None  # what tap.py noted of the last request through the router
+        self.ttfb_split = []  # (to the decode, its own first byte, back), ms, per streamed request
         # Base64 characters of rows the decode sent the router, and what it
         # would have sent asked from the client's start (full-length).
         self.through_router = {"requests": 0, "b64_received": 0, "b64_full_length": 0, "batches": []}
@@ -492,13 +497,23 @@ def ttfb(run, k=12):
     and the decode; and straight from the decode when the pair is sent the
     body at once (another request)."""
     router_t, decode_t, prefill_done, own_t = [], [], [], []
+    # Where a request's time through the router goes, in ms: from sending it
+    # to the router until the decode has it whole (tap.py's request), the
+    # decode's own first byte, and from that byte leaving the decode until it
+    # reaches this client.
     for i in range(k):
         body = gen_body(prompt(300), 24, stream=True)
         got, _ = run.via_router("streamed, 300-token prompts", body)
-        own = [t["ms"] / 1000 for t in run.last_tapped or [] if t["dir"] == "first_byte"]
+        tapped = run.last_tapped or []
+        own = [t["ms"] / 1000 for t in tapped if t["dir"] == "first_byte"]
         if own and got.status == 200:
             router_t.append(got.t_first)
             own_t.append(own[0])
+            req_at = [t.get("at") for t in tapped if t["dir"] == "request"]
+            first_at = [t.get("at") for t in tapped if t["dir"] == "first_byte"]
+            if req_at and first_at and req_at[0] is not None and first_at[0] is not None:
+                run.ttfb_split.append((round(1000 * (req_at[0] - got.sent_at)), round(1000 * own[0]),
+                                       round(1000 * (got.sent_at + got.t_first - first_at[0]))))
         body = gen_body(prompt(300), 24, stream=True)
         prefill, decode, _, _ = post_pair(run.args, body)
         run.note_decode(body)
@@ -675,6 +690,7 @@ def main():
                   f"{'met' if met else 'NOT met'} (at least half); medians {1000 * med(router_t):.0f} ms against "
                   f"1.25 x {1000 * med(own_t):.0f} + 20 = {1000 * (1.25 * med(own_t) + 0.020):.0f} ms")
             print(f"  router minus the decode's own, per request, ms: {[round(1000 * (r - o)) for r, o in zip(router_t, own_t)]}")
+            print(f"  per request, ms (to the decode, the decode's own first byte, back to the client): {run.ttfb_split}")
             if not met:
                 run.fail("time to first byte", "streamed, 300-token prompts",
                          f"{within} of {len(router_t)} requests through the router within 1.25 x the decode's own first byte + 20 ms")
@@ -691,7 +707,8 @@ def main():
         print(f"  {name:20s} HTTP {status}: {text[:160]}")
     with open(os.path.join(args.answers, "report.json"), "w") as f:
         json.dump({"counts": run.counts, "failures": run.failures, "stale": run.stale, "sizes": size,
-                   "ttfb": {"router": router_t, "decode_own": own_t, "decode": decode_t, "prefill_done": prefill_done},
+                   "ttfb": {"router": router_t, "decode_own": own_t, "decode": decode_t, "prefill_done": prefill_done,
+                            "split_ms": run.ttfb_split},
                    "openai": openai, "engine_facts": facts, "through_router": tr, "compare_exit": cmp.returncode}, f, indent=1)
     if run.failures:
         for f in run.failures:

@@ -107,8 +107,10 @@ def main():
                     return
                 body = s.buf[head_end + 4:end]
                 start = START.search(body)
-                log.write(conn=conn, dir="request", start=json.loads(start.group(1)) if start else None)
-                answer.update(t_req=loop.time(), phase="head", head=b"")
+                now = loop.time()
+                log.write(conn=conn, dir="request", start=json.loads(start.group(1)) if start else None,
+                          at=round(now, 4))
+                answer.update(t_req=now, phase="head", head=b"")
                 s.buf = s.buf[end:]
 
         def scan_answer(s):
@@ -123,7 +125,8 @@ def main():
                 s.buf = s.buf[m.end():]
 
         def first_byte():
-            log.write(conn=conn, dir="first_byte", ms=round(1000 * (loop.time() - answer["t_req"]), 1))
+            now = loop.time()
+            log.write(conn=conn, dir="first_byte", ms=round(1000 * (now - answer["t_req"]), 1), at=round(now, 4))
             answer["phase"] = None
 
         def on_answer(data):
