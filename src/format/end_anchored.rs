@@ -98,15 +98,17 @@ impl Counts {
     }
 }
 
-/// The prompt's tokens when `prefill`'s rows are a `.npy` placed by counts
-/// (`choices[0].routed_experts` a string, `choices[0].token_ids` an array,
-/// `usage.prompt_tokens` an integer): what a stream of the decode's needs
-/// to place its own (the stream's events carry no `usage`).
+/// The prompt's tokens when `prefill` carries the counts that place a
+/// `.npy` (`choices[0].token_ids` an array, `usage.prompt_tokens` an
+/// integer), whatever the form of its rows: what a stream of the decode's
+/// needs to place its own (the stream's events carry no `usage`). A
+/// compact prefill's counts are read too, so that a decode's `.npy` beside
+/// it fails as the whole response does, on the forms (`FormMismatch`),
+/// not on a `usage` no streamed event carries; compact rows themselves are
+/// placed by their `start` and ignore the counts.
 pub(crate) fn counted_prefill<'a, V: View<'a>>(prefill: V) -> Option<u64> {
     let choice = crate::response::paths::prefill_choice(prefill)?;
-    let npy = choice.get(crate::response::fields::ROUTED_EXPERTS)?.kind() == Kind::String;
-    let counted = choice.get(TOKEN_IDS)?.kind() == Kind::Array;
-    if !(npy && counted) {
+    if choice.get(TOKEN_IDS)?.kind() != Kind::Array {
         return None;
     }
     prefill.get("usage")?.get("prompt_tokens")?.as_u64()

@@ -912,3 +912,72 @@ proptest! {
         prop_assert!(verify_streamed(&case, &case.stream).is_err());
     }
 }
+
+/// Compact rows are placed by their own `start`, whatever counts the
+/// responses carry: beside a prefill with `token_ids` and
+/// `usage.prompt_tokens` the stream counts the decode's tokens, and the
+/// compact rows ignore them (only a `.npy` is placed by counts, SPEC
+/// section 4a). The stream's rows event stitches exactly as the whole
+/// decode response does.
+#[test]
+fn compact_rows_beside_counts_are_not_placed_by_the_counts() {
+    let prefill = br#"{"choices": [{"index": 0, "token_ids": [7], "routed_experts": {"data": "AQIDBAUG", "shape": [2, 1, 3], "start": 0, "dtype": "uint8"}}], "usage": {"prompt_tokens": 2, "completion_tokens": 1}}"#;
+    let first = r#"{"choices": [{"index": 0, "token_ids": [7, 8]}]}"#;
+    let rows = r#"{"choices": [{"index": 0, "token_ids": [9], "routed_experts": {"data": "AAAABwgJCgsM", "shape": [3, 1, 3], "start": 1, "dtype": "uint8"}}]}"#;
+    let stream = format!("data: {first}\n\ndata: {rows}\n\ndata: [DONE]\n\n");
+    let (out, result) = run(prefill, [stream.as_bytes()]);
+    assert_eq!(result, Ok(()));
+
+    let prefill_value: serde_json::Value = serde_json::from_slice(prefill).unwrap();
+    let mut whole: serde_json::Value = serde_json::from_str(rows).unwrap();
+    let merged = Stitcher::new().merge(&prefill_value, &mut whole, Stitch::ForPd);
+    assert_eq!(merged, Ok(true));
+    let out = String::from_utf8(out).unwrap();
+    let events: Vec<&str> = out.split("\n\n").filter(|e| !e.is_empty()).collect();
+    assert_eq!(events.len(), 3, "{out}");
+    assert_eq!(events[0], format!("data: {first}"));
+    let stitched: serde_json::Value =
+        serde_json::from_str(events[1].strip_prefix("data: ").unwrap()).unwrap();
+    assert_eq!(stitched, whole);
+    // The prefill's two rows, then the decode's from position 2.
+    assert_eq!(
+        stitched["choices"][0]["routed_experts"]["start"],
+        serde_json::json!(0)
+    );
+}
+
+/// A `.npy` three rows long, `uint8`, rows of `1 x 3`: ids 0 to 8.
+const NPY_3X1X3: &str = "k05VTVBZAQB2AHsnZGVzY3InOiAnfHUxJywgJ2ZvcnRyYW5fb3JkZXInOiBGYWxzZSwgJ3NoYXBlJzogKDMsIDEsIDMpLCB9ICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgIAoAAQIDBAUGBwg=";
+
+/// A decode's `.npy` beside a compact prefill that carries counts fails on
+/// the forms, streamed as whole. The stream once read the prefill's counts
+/// only beside a `.npy`, so it refused this pair for a
+/// `usage.prompt_tokens` that no streamed event carries (found by a
+/// mutation run of `end_anchored.rs`).
+#[test]
+fn a_decode_npy_beside_a_compact_prefill_fails_on_the_forms_as_the_whole_does() {
+    let prefill = br#"{"choices": [{"index": 0, "token_ids": [7], "routed_experts": {"data": "AQIDBAUG", "shape": [2, 1, 3], "start": 0, "dtype": "uint8"}}], "usage": {"prompt_tokens": 2, "completion_tokens": 1}}"#;
+    let first = r#"{"choices": [{"index": 0, "token_ids": [7, 8]}]}"#;
+    let rows = format!(
+        r#"{{"choices": [{{"index": 0, "token_ids": [9], "routed_experts": "{NPY_3X1X3}"}}]}}"#
+    );
+    let stream = format!("data: {first}\n\ndata: {rows}\n\ndata: [DONE]\n\n");
+    let (out, result) = run(prefill, [stream.as_bytes()]);
+    let whole_body = format!(
+        r#"{{"choices": [{{"index": 0, "token_ids": [7, 8, 9], "routed_experts": "{NPY_3X1X3}"}}], "usage": {{"prompt_tokens": 2, "completion_tokens": 3}}}}"#
+    );
+    let prefill_value: serde_json::Value = serde_json::from_slice(prefill).unwrap();
+    let mut whole: serde_json::Value = serde_json::from_str(&whole_body).unwrap();
+    let whole_error = Stitcher::new()
+        .merge(&prefill_value, &mut whole, Stitch::ForPd)
+        .unwrap_err();
+    assert_eq!(whole_error.kind(), ErrorKind::FormMismatch);
+    match result {
+        Err(Error::StreamEvent { event, error, .. }) => {
+            assert_eq!(event, 1);
+            assert_eq!(*error, whole_error);
+        }
+        other => panic!("expected the rows event to fail on the forms, got {other:?}"),
+    }
+    assert_eq!(out, format!("data: {first}\n\n").into_bytes());
+}
