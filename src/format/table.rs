@@ -24,9 +24,10 @@ pub fn every_place() -> impl Iterator<Item = &'static Place> {
     All::places()
 }
 
-/// The keys the scanner asks about, read from the table once: it asks for
-/// every member of the objects it records, so each answer is a look over a
-/// few keys rather than a walk of the table.
+/// The keys the readers ask about, read from the table once: the scanner
+/// asks for every member of the objects it records, and the Python binding
+/// for the holders on every response it converts, so each answer is a look
+/// over a few keys rather than a walk of the table.
 struct Keys {
     /// The response's members that are objects holding places.
     member_holders: Vec<&'static [u8]>,
@@ -34,6 +35,8 @@ struct Keys {
     choice_member_holders: Vec<&'static [u8]>,
     /// A choice's members that hold rows.
     choice_rows: Vec<&'static [u8]>,
+    /// Every holder with its keys, each once, in the table's order.
+    holders: Vec<(Holder, Vec<&'static str>)>,
 }
 
 fn keys() -> &'static Keys {
@@ -43,8 +46,22 @@ fn keys() -> &'static Keys {
             member_holders: Vec::new(),
             choice_member_holders: Vec::new(),
             choice_rows: Vec::new(),
+            holders: Vec::new(),
         };
         for place in every_place() {
+            let at = keys
+                .holders
+                .iter()
+                .position(|(holder, _)| *holder == place.holder)
+                .unwrap_or_else(|| {
+                    keys.holders.push((place.holder, Vec::new()));
+                    keys.holders.len() - 1
+                });
+            if let Some((_, held)) = keys.holders.get_mut(at) {
+                if !held.contains(&place.key) {
+                    held.push(place.key);
+                }
+            }
             let (list, key) = match (place.holder, place.holds) {
                 (Holder::Member(member), _) => (&mut keys.member_holders, member),
                 (Holder::ChoiceMember(member), _) => (&mut keys.choice_member_holders, member),
@@ -97,28 +114,9 @@ pub fn object_holders() -> impl Iterator<Item = Holder> {
         .filter(|holder| *holder != Holder::Choice)
 }
 
-/// Every holder with its keys, each once, in the table's order: built once,
-/// since the Python binding asks for them on every response it converts.
+/// Every holder with its keys, each once, in the table's order.
 fn holders() -> &'static [(Holder, Vec<&'static str>)] {
-    static HOLDERS: OnceLock<Vec<(Holder, Vec<&'static str>)>> = OnceLock::new();
-    HOLDERS.get_or_init(|| {
-        let mut holders: Vec<(Holder, Vec<&'static str>)> = Vec::new();
-        for place in every_place() {
-            let at = match holders.iter().position(|(h, _)| *h == place.holder) {
-                Some(at) => at,
-                None => {
-                    holders.push((place.holder, Vec::new()));
-                    holders.len() - 1
-                }
-            };
-            if let Some((_, keys)) = holders.get_mut(at) {
-                if !keys.contains(&place.key) {
-                    keys.push(place.key);
-                }
-            }
-        }
-        holders
-    })
+    &keys().holders
 }
 
 #[cfg(test)]
