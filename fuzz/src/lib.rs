@@ -416,16 +416,18 @@ fn check_by_handle(prefill: &[&Value], d: &Value, m: &Value, i: usize) {
             .copied()
             .filter(|x| field_of(x) == Some(field))
             .collect();
+        // Its segments after the prefill's (L7 holds them first).
+        let merged = of(&after[prefill.len()..]);
         if mine.is_empty() {
             // Nothing of this field to stitch: the decode's segments of it
             // stay as they were.
             assert!(
-                of(&after[prefill.len()..]) == of(before),
+                merged == of(before),
                 "R1: choices[{i}]'s {field} segments changed with no prefill segment of it"
             );
             continue;
         }
-        check_field(&mine, &of(before), &of(after)[mine.len()..], field, i);
+        check_field(&mine, &of(before), &merged, field, i);
     }
 }
 
