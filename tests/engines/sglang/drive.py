@@ -73,17 +73,16 @@ def post(url, path, body, timeout=120):
     u = urlsplit(url)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
     data = json.dumps(body).encode()
-    sent_at = time.monotonic()
-    t0 = time.perf_counter()
+    t0 = time.monotonic()
     conn.request("POST", path, data, {"Content-Type": "application/json"})
     resp = conn.getresponse()
-    t_headers = time.perf_counter() - t0
+    t_headers = time.monotonic() - t0
     first = resp.read(1)
-    t_first = time.perf_counter() - t0
+    t_first = time.monotonic() - t0
     rest = resp.read()
-    t_total = time.perf_counter() - t0
+    t_total = time.monotonic() - t0
     conn.close()
-    return Answer(resp.status, first + rest, t_headers, t_first, t_total, sent_at)
+    return Answer(resp.status, first + rest, t_headers, t_first, t_total, t0)
 
 
 def post_pair(args, body, decode_extra=None):
