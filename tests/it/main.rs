@@ -21,6 +21,7 @@ mod compare;
 #[cfg(all(unix, feature = "verify"))]
 mod confinement;
 mod defaults;
+mod dynamo;
 mod exhaustive;
 mod in_place;
 mod inline;
