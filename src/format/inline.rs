@@ -78,35 +78,7 @@ impl Format for Inline {
     ) -> Result<(), Error> {
         let given = spec.decode_counts.and_then(|counts| counts.get(i));
         let merged = prefill.plan(decode, choice, i, given)?;
-        let at = rows_path(i);
-        let source = Some(prefill.text);
-        match merged {
-            Merged::Npy(text) => out.push(Patch::Text {
-                at,
-                text,
-                prefill: source,
-            }),
-            Merged::Compact {
-                data,
-                shape,
-                start,
-                dtype,
-            } => {
-                out.push(Patch::Text {
-                    at: at.key("data"),
-                    text: data,
-                    prefill: source,
-                });
-                out.push(Patch::Members {
-                    at,
-                    members: vec![
-                        ("shape", Scalar::Ints(shape)),
-                        ("start", Scalar::Int(start)),
-                        ("dtype", Scalar::Name(dtype.name())),
-                    ],
-                });
-            }
-        }
+        merged.write(rows_path(i), prefill.text, out);
         Ok(())
     }
 }
@@ -227,8 +199,10 @@ pub(crate) fn npy_file(dtype: Dtype, shape: &[u64], data: &[u8]) -> Result<Vec<u
 
 /// One side's inline rows: where they are (an in-memory segment at offset
 /// 0), and their bytes: `[data, decoded_len)` of the validated base64 text
-/// (`data` is 0 for compact rows, the header's length for npy).
-struct Parsed<'v> {
+/// (`data` is 0 for compact rows, the header's length for npy). Read from
+/// one value wherever it sits, so that a format whose inline rows sit
+/// elsewhere than a choice reads and merges them as this one does.
+pub(super) struct Parsed<'v> {
     form: Form,
     segment: Segment<()>,
     /// The counts that placed a `.npy` (`anchor`), when it had them.
@@ -255,7 +229,7 @@ impl Parsed<'_> {
 impl<'v> Parsed<'v> {
     /// Reads inline rows; `counts` gives what places a `.npy` (read only
     /// for one: compact rows carry their start).
-    fn parse<V: View<'v>>(
+    pub(super) fn parse<V: View<'v>>(
         value: V,
         counts: impl FnOnce() -> Result<Option<Counts>, Error>,
         at: impl Fn() -> Location,
@@ -423,7 +397,7 @@ fn merged_dtype(form: Form, prefill: Dtype, decode: Dtype) -> Option<Dtype> {
 }
 
 /// Merges the prefill's rows with one decode choice's.
-fn merge(
+pub(super) fn merge(
     prefill: &Parsed<'_>,
     decode: &Parsed<'_>,
     at: impl Fn() -> Location,
@@ -500,7 +474,7 @@ fn merge(
 /// The merged inline rows of one decode choice, ready to write. The texts
 /// name runs of the two sides' rows texts ([`PREFILL`], [`DECODE`]) rather
 /// than copy them: the adapter that writes them has both.
-enum Merged {
+pub(super) enum Merged {
     /// New `data`, `shape`, `start` and `dtype` for the compact object.
     Compact {
         data: Text,
@@ -510,4 +484,40 @@ enum Merged {
     },
     /// The new `.npy` string.
     Npy(Text),
+}
+
+impl Merged {
+    /// The patches that write these rows over the decode's rows at `at`;
+    /// `prefill` is the string that holds the prefill's rows text (what the
+    /// merged text calls [`PREFILL`]).
+    pub(super) fn write<P>(self, at: Path, prefill: P, out: &mut Vec<Patch<P>>) {
+        let source = Some(prefill);
+        match self {
+            Merged::Npy(text) => out.push(Patch::Text {
+                at,
+                text,
+                prefill: source,
+            }),
+            Merged::Compact {
+                data,
+                shape,
+                start,
+                dtype,
+            } => {
+                out.push(Patch::Text {
+                    at: at.key("data"),
+                    text: data,
+                    prefill: source,
+                });
+                out.push(Patch::Members {
+                    at,
+                    members: vec![
+                        ("shape", Scalar::Ints(shape)),
+                        ("start", Scalar::Int(start)),
+                        ("dtype", Scalar::Name(dtype.name())),
+                    ],
+                });
+            }
+        }
+    }
 }
