@@ -35,6 +35,8 @@ struct Keys {
     choice_member_holders: Vec<&'static [u8]>,
     /// A choice's members that hold rows.
     choice_rows: Vec<&'static [u8]>,
+    /// The members that hold rows of the objects that hold places.
+    member_rows: Vec<&'static [u8]>,
     /// Every holder with its keys, each once, in the table's order.
     holders: Vec<(Holder, Vec<&'static str>)>,
 }
@@ -46,6 +48,7 @@ fn keys() -> &'static Keys {
             member_holders: Vec::new(),
             choice_member_holders: Vec::new(),
             choice_rows: Vec::new(),
+            member_rows: Vec::new(),
             holders: Vec::new(),
         };
         for place in every_place() {
@@ -68,12 +71,20 @@ fn keys() -> &'static Keys {
                 (Holder::Choice, Holds::Rows(_)) => (&mut keys.choice_rows, place.key),
                 (Holder::Choice, Holds::Count) => continue,
             };
-            if !list.contains(&key.as_bytes()) {
-                list.push(key.as_bytes());
+            add(list, key);
+            if place.holder != Holder::Choice && matches!(place.holds, Holds::Rows(_)) {
+                add(&mut keys.member_rows, place.key);
             }
         }
         keys
     })
+}
+
+/// Adds `key` to `list` unless it is there.
+fn add(list: &mut Vec<&'static [u8]>, key: &'static str) {
+    if !list.contains(&key.as_bytes()) {
+        list.push(key.as_bytes());
+    }
 }
 
 /// Whether the response's member `key` is an object holding places.
@@ -92,6 +103,12 @@ pub(crate) fn is_choice_member_holder(key: &[u8]) -> bool {
 #[inline]
 pub(crate) fn is_choice_rows(key: &[u8]) -> bool {
     keys().choice_rows.contains(&key)
+}
+
+/// Whether the member `key` of an object holding places holds rows.
+#[inline]
+pub(crate) fn is_member_rows(key: &[u8]) -> bool {
+    keys().member_rows.contains(&key)
 }
 
 /// The keys of the places that `holder` holds, each once, in the table's
@@ -130,6 +147,7 @@ mod tests {
         assert!(is_choice_member_holder(b"sgl_ext") && !is_choice_member_holder(b"meta_info"));
         assert!(is_choice_rows(b"payload") && is_choice_rows(b"routed_experts"));
         assert!(!is_choice_rows(b"token_ids"));
+        assert!(is_member_rows(b"routed_experts") && !is_member_rows(b"prompt_tokens"));
         let usage = Holder::Member("usage");
         let meta_info = Holder::Member("meta_info");
         assert_eq!(

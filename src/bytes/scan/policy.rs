@@ -18,7 +18,9 @@ pub(super) enum Record {
     /// response's members.
     Item,
     /// An object that holds places ([`places`]: `meta_info`, `sglext`,
-    /// `usage`, `sgl_ext`): its members, not their children.
+    /// `usage`, `sgl_ext`): its members; those that hold rows in full (an
+    /// object of compact rows has members of its own), the others not
+    /// their children.
     Members,
     /// Everything below.
     Deep,
@@ -37,6 +39,7 @@ impl Record {
             Record::Root | Record::Item if places::is_member_holder(key) => Record::Members,
             Record::Choice if places::is_choice_rows(key) => Record::Deep,
             Record::Choice if places::is_choice_member_holder(key) => Record::Members,
+            Record::Members if places::is_member_rows(key) => Record::Deep,
             Record::Root | Record::Item | Record::Choice | Record::Members => Record::Opaque,
             Record::Deep => Record::Deep,
             Record::Choices | Record::Opaque | Record::Skip => Record::Skip,
@@ -51,5 +54,25 @@ impl Record {
             Record::Deep => Record::Deep,
             _ => Record::Skip,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Record;
+
+    /// Rows in an object that holds places are recorded in full, as a
+    /// choice's are: compact rows there are an object whose members the
+    /// merge reads. Recorded as the value alone, the bytes path found no
+    /// `data` where the `Value` path did.
+    #[test]
+    fn rows_held_by_a_member_object_are_recorded_in_full() {
+        let members = Record::Root.member(b"meta_info");
+        assert!(members == Record::Members);
+        assert!(members.member(b"routed_experts") == Record::Deep);
+        assert!(members.member(b"prompt_tokens") == Record::Opaque);
+        assert!(Record::Choice.member(b"routed_experts") == Record::Deep);
+        let sgl_ext = Record::Choice.member(b"sgl_ext");
+        assert!(sgl_ext == Record::Members && sgl_ext.member(b"routed_experts") == Record::Deep);
     }
 }
