@@ -13,7 +13,9 @@
 //! - [`inline`]: vLLM's and prime-rl's `choices[i].routed_experts`, compact
 //!   or a `.npy`, which [`end_anchored`] places from its end by the
 //!   response's token counts (vLLM 0.32);
-//! - [`sglang`]: SGLang's flat `int32` ids, with their position solver.
+//! - [`sglang`]: SGLang's flat `int32` ids, with their position solver;
+//! - [`nvext`]: Dynamo's OpenAI API, the response's `nvext.routed_experts`,
+//!   compact inline rows read and merged as [`inline`] reads them.
 //!
 //! Formats come in two levels ([`Level`]), which fix the order errors are
 //! reported in (SPEC section 6, 14; section 10, Q8): the prefill's rows of
@@ -25,6 +27,7 @@
 pub(crate) mod by_handle;
 pub(crate) mod end_anchored;
 pub(crate) mod inline;
+pub(crate) mod nvext;
 pub mod places;
 pub(crate) mod sglang;
 pub(crate) mod stitch;
@@ -39,13 +42,14 @@ use crate::response::view::View;
 use by_handle::ByHandle;
 use end_anchored::Counts;
 use inline::Inline;
+use nvext::Nvext;
 use places::{Place, RowsKind};
 use sglang::Sglang;
 
 /// Every format, in the order the plan runs them: inline rows, rows by
-/// handle, SGLang's rows. A list of pairs, so that the plan runs each with
-/// its own types and no dynamic call.
-pub(crate) type All = (Inline, (ByHandle, (Sglang, ())));
+/// handle, SGLang's rows, Dynamo's. A list of pairs, so that the plan runs
+/// each with its own types and no dynamic call.
+pub(crate) type All = (Inline, (ByHandle, (Sglang, (Nvext, ()))));
 
 /// How a merge is made: the stitched fields, which rows ([`Stitch`]: every
 /// kind, or inline or by-handle rows alone), and whether merged layouts are

@@ -156,7 +156,8 @@ mod tests {
                 usage,
                 meta_info,
                 Holder::Member("sglext"),
-                Holder::ChoiceMember("sgl_ext")
+                Holder::ChoiceMember("sgl_ext"),
+                Holder::Member("nvext")
             ]
         );
         assert_eq!(

@@ -117,3 +117,179 @@ fn the_engine_refuses_a_start_at_the_prompts_end_and_token_api_streams() {
         assert_eq!(refused["error"]["code"], 501);
     }
 }
+
+// ----------------------------------------------------------------------------
+// Dynamo's OpenAI API: the response's `nvext.routed_experts`
+// (`pd_stitch`'s `format/nvext.rs`, SPEC section 4b).
+// ----------------------------------------------------------------------------
+
+fn nvext_rows(response: &Value) -> (u64, u64, Vec<u8>) {
+    compact(&response["nvext"]["routed_experts"])
+}
+
+/// The engine's prefill (`max_tokens` 1: `[0, P)`) and its answer to the
+/// whole request taken as the decode (the OpenAI API takes no start: `[0,
+/// P + N - 1)`) stitch to the colocated rows, by both paths; and with the
+/// decode's rows below the cut overwritten, as a decode that did not
+/// compute the prompt answers them, the stitched rows are still the
+/// colocated ones: below the cut they are the prefill's.
+#[test]
+fn the_engines_openai_pairs_stitch_at_nvext() {
+    for prompt in ["p45", "p70"] {
+        let path = |name: &str| format!("{prompt}/{name}.json");
+        let colocated = fixture_json(&path("openai-colocated"));
+        let p = colocated["usage"]["prompt_tokens"].as_u64().unwrap();
+        let prefill = fixture_json(&path("openai-prefill"));
+        assert_eq!(nvext_rows(&prefill).1, p);
+        let merged = merge(&path("openai-prefill"), &path("openai-colocated"));
+        assert_eq!(nvext_rows(&merged), nvext_rows(&colocated), "{prompt}");
+        assert_eq!(merged["choices"], colocated["choices"], "{prompt}");
+
+        // The decode's prompt rows, made wrong.
+        let mut decode = colocated.clone();
+        let (_, rows, mut bytes) = nvext_rows(&decode);
+        let below = usize::try_from(p * LAYERS * TOP_K).unwrap();
+        bytes[..below].fill(7);
+        decode["nvext"]["routed_experts"]["data"] = STANDARD.encode(&bytes).into();
+        assert_ne!(nvext_rows(&decode), nvext_rows(&colocated));
+        let stitcher = Stitcher::new();
+        stitcher
+            .merge(&prefill, &mut decode, Stitch::ForPd)
+            .unwrap();
+        assert_eq!(nvext_rows(&decode), nvext_rows(&colocated), "{prompt}");
+        assert_eq!(nvext_rows(&decode).1, rows);
+    }
+}
+
+/// The engine's stream carries the rows in its last event before `[DONE]`:
+/// stitched by `StreamStitcher` in chunks of every size, that event holds
+/// the colocated rows and every other event passes as sent. The stream is
+/// the engine's, but for its rows below the prompt's end, overwritten as in
+/// the test above, so that a stream passed through unstitched fails.
+#[test]
+fn the_engines_openai_streams_stitch_at_nvext() {
+    use pd_stitch::stream::StreamStitcher;
+    for prompt in ["p45", "p70"] {
+        let prefill = fixture(&format!("{prompt}/openai-prefill.json"));
+        let colocated = fixture_json(&format!("{prompt}/openai-colocated.json"));
+        let p = colocated["usage"]["prompt_tokens"].as_u64().unwrap();
+        let engine = String::from_utf8(fixture(&format!("{prompt}/openai-stream.sse"))).unwrap();
+        assert_eq!(
+            engine.matches("\"nvext\"").count(),
+            1,
+            "{prompt}: one rows event"
+        );
+        let events: Vec<String> = engine
+            .split("\n\n")
+            .filter(|e| !e.is_empty())
+            .map(|event| {
+                if !event.contains("\"nvext\"") {
+                    return event.to_owned();
+                }
+                let mut data: Value =
+                    serde_json::from_str(event.strip_prefix("data: ").unwrap()).unwrap();
+                assert_eq!(nvext_rows(&data), nvext_rows(&colocated), "{prompt}");
+                let (_, _, mut bytes) = nvext_rows(&data);
+                bytes[..usize::try_from(p * LAYERS * TOP_K).unwrap()].fill(7);
+                data["nvext"]["routed_experts"]["data"] = STANDARD.encode(&bytes).into();
+                format!("data: {data}")
+            })
+            .collect();
+        let input = events
+            .iter()
+            .map(|e| format!("{e}\n\n"))
+            .collect::<String>()
+            .into_bytes();
+        let sent: Vec<&str> = events.iter().map(String::as_str).collect();
+        for size in [1, 7, 64, input.len()] {
+            let mut stitcher =
+                StreamStitcher::new(Stitcher::new(), prefill.clone()).expect("prefill");
+            let mut out = Vec::new();
+            for chunk in input.chunks(size) {
+                stitcher.feed(chunk, &mut out).expect("feeds");
+            }
+            stitcher.finish(&mut out).expect("finishes");
+            let text = String::from_utf8(out).unwrap();
+            let got: Vec<&str> = text.split("\n\n").filter(|e| !e.is_empty()).collect();
+            assert_eq!(got.len(), sent.len());
+            for (got, sent) in got.iter().zip(&sent) {
+                if !sent.contains("\"nvext\"") {
+                    assert_eq!(got, sent, "{prompt}: passed as sent");
+                    continue;
+                }
+                let event: Value =
+                    serde_json::from_str(got.strip_prefix("data: ").unwrap()).unwrap();
+                assert_eq!(nvext_rows(&event), nvext_rows(&colocated), "{prompt}");
+            }
+        }
+    }
+}
+
+/// The errors of `nvext.routed_experts`, each at its place, the decode left
+/// as it was: rows on the decode only, on the prefill only, a decode that
+/// starts past the prefill's end, and rows that are not compact rows.
+#[test]
+fn nvext_errors_name_their_place() {
+    use pd_stitch::ErrorKind;
+    let prefill = fixture_json("p45/openai-prefill.json");
+    let colocated = fixture_json("p45/openai-colocated.json");
+    let without = |mut v: Value| {
+        v.as_object_mut().unwrap().remove("nvext");
+        v
+    };
+    let cases: Vec<(Value, Value, ErrorKind, &str)> = vec![
+        (
+            without(prefill.clone()),
+            colocated.clone(),
+            ErrorKind::MissingPrefillField,
+            "decode",
+        ),
+        (
+            prefill.clone(),
+            without(colocated.clone()),
+            ErrorKind::MissingDecodeRows,
+            "decode",
+        ),
+        (
+            prefill.clone(),
+            {
+                let mut late = colocated.clone();
+                late["nvext"]["routed_experts"]["start"] = 46.into();
+                late
+            },
+            ErrorKind::Coverage,
+            "decode",
+        ),
+        (
+            {
+                let mut bad = prefill.clone();
+                bad["nvext"]["routed_experts"]["shape"] = serde_json::json!([45, 3]);
+                bad
+            },
+            colocated.clone(),
+            ErrorKind::Structure,
+            "prefill",
+        ),
+    ];
+    for (prefill, decode, kind, side) in cases {
+        let mut merged = decode.clone();
+        let err = Stitcher::new()
+            .merge(&prefill, &mut merged, Stitch::ForPd)
+            .expect_err("an error");
+        assert_eq!(err.kind(), kind, "{err}");
+        let at = err.to_string();
+        assert!(
+            at.contains(&format!("{side} nvext.routed_experts")),
+            "{kind:?} at {at}"
+        );
+        assert_eq!(merged, decode, "an error changed the decode");
+        // The bytes path agrees.
+        let mut bytes = serde_json::to_vec(&decode).unwrap();
+        let got = Stitcher::new().merge_bytes(
+            &serde_json::to_vec(&prefill).unwrap(),
+            &mut bytes,
+            Stitch::ForPd,
+        );
+        assert_eq!(got, Err(err));
+    }
+}
