@@ -13,8 +13,9 @@ inputs that reach deep into the merge instead of rediscovering the format:
   JSON or whose keys are repeated or escaped;
 - the real engines' answers, tests/fixtures/engines/ (vLLM 0.32's generate
   pairs with their `token_ids` and `usage.prompt_tokens`, SGLang 0.5.23's
-  `/generate` pairs, a batch among them), byte for byte as the servers sent
-  them, and their decode streams for stream_stitch;
+  `/generate` pairs, a batch among them, Dynamo 1.6.1's compact rows per
+  choice and at `nvext`), byte for byte as the servers sent them, and their
+  decode streams for stream_stitch;
 - optionally, pairs rebuilt from a simulator run's merged responses: the
   prefill's segments or rows split off, and the decode given back its row for
   the last prompt position, as a decode instance writes it.
@@ -285,6 +286,26 @@ def engine_pairs():
         (sglang / "decode_full_length_after_wrap.json").read_bytes())
     seeds[STREAM]["engine-sglang-decode_stream"] = (
         prefill.rstrip() + b"\0" + (sglang / "decode_stream.sse").read_bytes())
+    dynamo = ENGINES / "dynamo"
+    for prompt in ["p45", "p70"]:
+        folder = dynamo / prompt
+        read = lambda name: (folder / f"{name}.json").read_bytes()  # noqa: E731
+        for prefill, decode in [("prefill", "decode"), ("prefill", "decode-s32"),
+                                ("prefill-n2", "decode-n2"), ("openai-prefill", "openai-colocated")]:
+            add([INLINE, FOR_PD], f"engine-dynamo-{prompt}-{decode}", read(prefill), read(decode))
+        # The OpenAI API's decode answers its prompt rows too, the ones the
+        # prefill has: a decode that did not compute them (zeros here) is
+        # the pair where an unstitched merge shows. Not byte for byte.
+        decode = json.loads(read("openai-colocated"))
+        rows = decode["nvext"]["routed_experts"]
+        data = bytearray(base64.b64decode(rows["data"]))
+        prompt_bytes = decode["usage"]["prompt_tokens"] * rows["shape"][1] * rows["shape"][2]
+        data[:prompt_bytes] = bytes(prompt_bytes)
+        rows["data"] = base64.b64encode(bytes(data)).decode()
+        add([INLINE, FOR_PD], f"engine-dynamo-{prompt}-openai-prompt-rows-zeroed",
+            json.loads(read("openai-prefill")), decode)
+        seeds[STREAM][f"engine-dynamo-{prompt}-openai-stream"] = (
+            read("openai-prefill").rstrip() + b"\0" + (folder / "openai-stream.sse").read_bytes())
 
 
 def main():

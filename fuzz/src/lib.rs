@@ -105,15 +105,22 @@ pub fn check(data: &[u8], merge: Merge, kinds: Kinds) {
     );
     let segments = prefill_segments(&prefill);
     let inline = prefill_inline(&prefill);
+    let nvext = nvext_rows(&prefill);
     let sglang = sglang_slots(&prefill);
     assert!(
         (kinds.by_handle && !segments.is_empty())
-            || (kinds.inline && inline.is_some())
+            || (kinds.inline && (inline.is_some() || nvext.is_some()))
             || (kinds.sglang && !sglang.is_empty()),
-        "R1/N2/Q1: Ok(true) from a prefill without rows to merge"
+        "R1/N2/Q1/D2: Ok(true) from a prefill without rows to merge"
     );
     if kinds.sglang {
         check_sglang(&prefill, &decode, &merged);
+    }
+    if kinds.inline {
+        // D2: the response's nvext object is checked as a choice is.
+        let empty = Value::Object(Map::new());
+        let holder = |v: &'_ Value| v.get(NVEXT).cloned().unwrap_or_else(|| empty.clone());
+        check_inline(nvext, &holder(&decode), &holder(&merged), NVEXT);
     }
     // Without a `choices` array there is nothing the merge may write to, and
     // `strip` has shown the decode unchanged.
@@ -125,7 +132,7 @@ pub fn check(data: &[u8], merge: Merge, kinds: Kinds) {
             check_by_handle(&segments, d, m, i);
         }
         if kinds.inline {
-            check_inline(inline, d, m, i);
+            check_inline(inline, d, m, &format!("choices[{i}]"));
         }
     }
 }
@@ -139,6 +146,11 @@ fn strip(response: &Value, kinds: Kinds) -> Value {
             if let Some(rows) = pointer_mut(&mut response, &path) {
                 *rows = Value::Null;
             }
+        }
+    }
+    if kinds.inline {
+        if let Some(rows) = pointer_mut(&mut response, &[NVEXT, FIELD]) {
+            *rows = Value::Null;
         }
     }
     if let Some(choices) = response.get_mut("choices").and_then(Value::as_array_mut) {
@@ -265,6 +277,15 @@ fn prefill_segments(prefill: &Value) -> Vec<&Value> {
         .and_then(Value::as_array)
         .map(|items| items.iter().filter(|x| is_stitched(x)).collect())
         .unwrap_or_default()
+}
+
+/// Dynamo's OpenAI API: compact rows once per response, at
+/// `nvext.routed_experts` (SPEC section 4b), merged as a choice's inline rows.
+const NVEXT: &str = "nvext";
+
+/// The prefill's `nvext.routed_experts` (present and not null).
+fn nvext_rows(prefill: &Value) -> Option<&Value> {
+    prefill.get(NVEXT)?.get(FIELD).filter(|v| !v.is_null())
 }
 
 /// The prefill's inline rows (N1: present and not null).
@@ -496,26 +517,26 @@ fn disjoint(segs: &[Seg]) -> bool {
 // ------------------------------------------------------------------- inline
 
 /// The inline laws on one decode choice `d` merged into `m`.
-fn check_inline(prefill: Option<&Value>, d: &Value, m: &Value, i: usize) {
+fn check_inline(prefill: Option<&Value>, d: &Value, m: &Value, at: &str) {
     let Some(p) = prefill else {
         // N2: no prefill rows, so no decode rows either (or an error).
         assert!(
             d.get(FIELD) == m.get(FIELD),
-            "N2: choices[{i}].routed_experts changed with no prefill rows"
+            "N2: {at}.routed_experts changed with no prefill rows"
         );
         return;
     };
     let dr = d
         .get(FIELD)
         .filter(|v| !v.is_null())
-        .unwrap_or_else(|| panic!("N2: accepted choices[{i}] without rows"));
+        .unwrap_or_else(|| panic!("N2: accepted {at} without rows"));
     let mr = m
         .get(FIELD)
-        .unwrap_or_else(|| panic!("N3: choices[{i}] lost its rows"));
+        .unwrap_or_else(|| panic!("N3: {at} lost its rows"));
     match (p, dr) {
-        (Value::Object(p), Value::Object(dr)) => check_compact(p, dr, mr, i),
-        (Value::String(p), Value::String(dr)) => check_npy(p, dr, mr, i),
-        _ => panic!("N2: accepted rows of mixed or unknown forms in choices[{i}]"),
+        (Value::Object(p), Value::Object(dr)) => check_compact(p, dr, mr, at),
+        (Value::String(p), Value::String(dr)) => check_npy(p, dr, mr, at),
+        _ => panic!("N2: accepted rows of mixed or unknown forms in {at}"),
     }
 }
 
@@ -604,19 +625,19 @@ fn widen(bytes: &[u8], from: usize, to: usize) -> Vec<u8> {
     out
 }
 
-fn check_compact(p: &Map<String, Value>, d: &Map<String, Value>, m: &Value, i: usize) {
+fn check_compact(p: &Map<String, Value>, d: &Map<String, Value>, m: &Value, at: &str) {
     let p = compact(p, "the prefill's rows");
     let d_keys = d;
-    let d = compact(d, &format!("choices[{i}]'s rows"));
+    let d = compact(d, &format!("{at}'s rows"));
     let m = m
         .as_object()
-        .unwrap_or_else(|| panic!("N3: choices[{i}]'s merged rows are not compact"));
+        .unwrap_or_else(|| panic!("N3: {at}'s merged rows are not compact"));
 
     let cut = p.start + p.seq;
     let d_end = d.start + d.seq;
     assert!(
         d.start <= cut && cut <= d_end,
-        "N3: accepted choices[{i}]'s rows [{}, {d_end}) that miss the cut {cut}",
+        "N3: accepted {at}'s rows [{}, {d_end}) that miss the cut {cut}",
         d.start
     );
     assert!(
@@ -633,34 +654,34 @@ fn check_compact(p: &Map<String, Value>, d: &Map<String, Value>, m: &Value, i: u
         .map(|x: u128| Value::from(u64::try_from(x).expect("at most the decode's end")));
     assert!(
         m.get("start").and_then(Value::as_u64).map(u128::from) == Some(p.start),
-        "N3: choices[{i}]'s merged start is not the prefill's"
+        "N3: {at}'s merged start is not the prefill's"
     );
     assert!(
         m.get("shape") == Some(&Value::from(shape.to_vec())),
-        "N3: choices[{i}]'s merged shape is not [{seq}, {}, {}]",
+        "N3: {at}'s merged shape is not [{seq}, {}, {}]",
         p.row[0],
         p.row[1]
     );
     assert!(
         m.get("dtype") == Some(&Value::from(dtype)),
-        "N3/N5: choices[{i}]'s merged dtype is not {dtype}"
+        "N3/N5: {at}'s merged dtype is not {dtype}"
     );
     // I1: the prefill's rows, then the decode's from the cut, widened.
     let skip = usize::try_from((cut - d.start) * d.row_bytes).expect("within d.bytes");
     let mut want = widen(&p.bytes, p.itemsize, size);
     want.extend(widen(&d.bytes[skip..], d.itemsize, size));
     let data = m.get("data").and_then(Value::as_str);
-    let data = data.unwrap_or_else(|| panic!("N3: choices[{i}]'s merged rows have no data"));
+    let data = data.unwrap_or_else(|| panic!("N3: {at}'s merged rows have no data"));
     assert!(
         base64(data, "the merged rows") == want,
-        "I1: choices[{i}]'s merged rows are not the prefill's then the decode's from {cut}"
+        "I1: {at}'s merged rows are not the prefill's then the decode's from {cut}"
     );
     // N3: the decode object's other keys are kept.
     for (key, value) in d_keys {
         if !["data", "shape", "start", "dtype"].contains(&key.as_str()) {
             assert!(
                 m.get(key) == Some(value),
-                "N3: choices[{i}]'s rows lost their key {key}"
+                "N3: {at}'s rows lost their key {key}"
             );
         }
     }
@@ -685,14 +706,14 @@ fn npy_data(file: &[u8]) -> Option<(u8, usize)> {
     (data <= file.len()).then_some((major, data))
 }
 
-fn check_npy(p: &str, d: &str, m: &Value, i: usize) {
+fn check_npy(p: &str, d: &str, m: &Value, at: &str) {
     let (p, d) = (
         base64(p, "the prefill's npy"),
         base64(d, "the decode's npy"),
     );
     let m = m
         .as_str()
-        .unwrap_or_else(|| panic!("N4: choices[{i}]'s merged rows are not npy text"));
+        .unwrap_or_else(|| panic!("N4: {at}'s merged rows are not npy text"));
     let m = base64(m, "the merged npy");
     let file = |bytes: &[u8], what: &str| {
         npy_data(bytes).unwrap_or_else(|| panic!("N4: {what} is not an .npy file"))
@@ -704,7 +725,7 @@ fn check_npy(p: &str, d: &str, m: &Value, i: usize) {
     // newline, as NumPy writes it.
     assert!(
         major == 1 && m[7] == 0 && m_at % 64 == 0 && m[m_at - 1] == b'\n',
-        "N4: choices[{i}]'s merged npy header is not a padded version 1.0 header"
+        "N4: {at}'s merged npy header is not a padded version 1.0 header"
     );
     // N4/N5: the prefill's data, widened by some factor (itemsize `s` to
     // `s * w`), then a tail of the decode's data.
@@ -720,7 +741,7 @@ fn check_npy(p: &str, d: &str, m: &Value, i: usize) {
         });
     assert!(
         ok,
-        "N4: choices[{i}]'s merged npy data is not the prefill's then a tail of the decode's"
+        "N4: {at}'s merged npy data is not the prefill's then a tail of the decode's"
     );
 }
 
@@ -1160,6 +1181,51 @@ mod tests {
             result
         };
         assert!(fires("merge_routed_experts_in_json", short, Kinds::INLINE));
+    }
+
+    /// Dynamo's rows at `nvext.routed_experts` (SPEC section 4b): its saved
+    /// pairs pass, by both inline entry points, and a merge that leaves
+    /// them one byte short, or not stitched at all, is caught.
+    #[test]
+    fn nvext_rows_are_held_to_the_inline_laws() {
+        for (target, merge, kinds) in &TARGETS[1..] {
+            let openai: Vec<_> = seeds(target)
+                .into_iter()
+                .filter(|(name, _)| name.contains("engine-dynamo") && name.contains("openai"))
+                .collect();
+            assert_eq!(openai.len(), 4, "{target}");
+            for (name, data) in &openai {
+                check(data, *merge, *kinds);
+                let (prefill, mut decode) = split(data).expect(name);
+                assert_eq!(merge(&prefill, &mut decode), Ok(true), "{name}");
+            }
+        }
+        let short: Merge = |p, d| {
+            let result = pd_stitch::merge_routed_experts_for_pd(p, d);
+            if let Some(rows) = d.pointer_mut("/nvext/routed_experts/data") {
+                let mut bytes = base64(rows.as_str().unwrap(), "test");
+                bytes.pop();
+                *rows = base64::engine::general_purpose::STANDARD
+                    .encode(bytes)
+                    .into();
+            }
+            result
+        };
+        assert!(fires("merge_routed_experts_for_pd", short, Kinds::BOTH));
+        // Ok(true), the choices' rows stitched, the response's left as sent.
+        let unstitched: Merge = |p, d| {
+            let sent = d.get(NVEXT).cloned();
+            let result = pd_stitch::merge_routed_experts_for_pd(p, d);
+            if let (Some(sent), Some(object)) = (sent, d.as_object_mut()) {
+                object.insert(NVEXT.into(), sent);
+            }
+            result
+        };
+        assert!(fires(
+            "merge_routed_experts_for_pd",
+            unstitched,
+            Kinds::BOTH
+        ));
     }
 
     const BYTES: &str = "bytes_merge_for_pd";
