@@ -18,7 +18,7 @@ use crate::format::inline;
 use crate::reading::{FieldTable, Storage};
 use crate::response::fields::ROUTED_EXPERTS;
 
-use super::read::{coverage, segments_of};
+use super::read::{coverage, inline_rows, segments_of};
 use super::report::{list, CheckReport, FieldReport};
 use super::{GatherError, Store};
 
@@ -62,7 +62,7 @@ pub fn check_from(response: &Value, store: &Store) -> CheckReport {
             continue;
         };
         check_payload(object, i, store, &mut report);
-        if let Some(value) = object.get(ROUTED_EXPERTS).filter(|v| !v.is_null()) {
+        if let Some(value) = inline_rows(response, object, i) {
             report.fields.push(check_inline(response, i, value));
         }
     }

@@ -13,7 +13,7 @@ use crate::format::inline;
 use crate::reading::{read_segments, ByteRequest, FieldTable, ReadError, ReadOptions, Reading};
 use crate::response::fields::ROUTED_EXPERTS;
 
-use super::read::{choice_object, segments_of};
+use super::read::{choice_object, inline_rows, segments_of};
 use super::{GatherError, Store};
 
 /// Files read by more threads than one when a phase spans at least this
@@ -100,7 +100,7 @@ pub fn read_choice_field(
     let table = FieldTable::trainer();
     if list.is_empty() && field == ROUTED_EXPERTS {
         // Inline rows: one segment held in memory.
-        if let Some(value) = object.get(ROUTED_EXPERTS).filter(|v| !v.is_null()) {
+        if let Some(value) = inline_rows(response, object, choice) {
             let (_, segment, data) = inline::read_rows(response, choice, value)?;
             let spec = table.get(field).ok_or_else(|| GatherError::NoRows {
                 choice,

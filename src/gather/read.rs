@@ -16,6 +16,8 @@ use crate::error::{describe, Error, Location, Side};
 use crate::format::by_handle::item_at;
 use crate::format::by_handle::{Keys, PAYLOAD};
 use crate::format::inline;
+use crate::format::places::{Holder, Holds, RowsKind};
+use crate::format::table;
 use crate::response::fields::ROUTED_EXPERTS;
 use crate::response::json::choice_at;
 
@@ -190,9 +192,7 @@ pub fn gather_from(
     let object = choice_object(response, choice)?;
     let segments = field_segments(object, choice, field)?;
     if segments.is_empty() {
-        let inline = object
-            .get(ROUTED_EXPERTS)
-            .filter(|v| !v.is_null() && field == ROUTED_EXPERTS);
+        let inline = inline_rows(response, object, choice).filter(|_| field == ROUTED_EXPERTS);
         let Some(value) = inline else {
             return Err(GatherError::NoRows {
                 choice,
@@ -530,4 +530,28 @@ fn push_merged(list: &mut Vec<Rows>, r: Rows) {
         }
         _ => list.push(r),
     }
+}
+
+/// Choice `choice`'s inline rows: its own `routed_experts`, or for the first
+/// choice the inline rows the response holds (Dynamo's `nvext`), at the
+/// first such place of the table, since the engine that writes them answers
+/// one per response.
+pub(super) fn inline_rows<'a>(
+    response: &'a Value,
+    choice_object: &'a Map<String, Value>,
+    choice: usize,
+) -> Option<&'a Value> {
+    let own = choice_object.get(ROUTED_EXPERTS).filter(|v| !v.is_null());
+    if own.is_some() || choice != 0 {
+        return own;
+    }
+    table::every_place()
+        .filter(|place| place.holds == Holds::Rows(RowsKind::Inline))
+        .find_map(|place| match place.holder {
+            Holder::Member(member) => response
+                .get(member)?
+                .get(place.key)
+                .filter(|v| !v.is_null()),
+            Holder::Choice | Holder::ChoiceMember(_) => None,
+        })
 }

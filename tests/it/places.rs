@@ -138,6 +138,21 @@ fn every_place_of_the_table_is_merged_by_both_paths_and_the_stream() {
             [b"data: ", &by_bytes[..], b"\n\n"].concat(),
             "{place:?}"
         );
+        // The verifiers read inline rows wherever the table puts them.
+        if place.holds == Holds::Rows(RowsKind::Inline) {
+            use pd_stitch::compare::{compare, Options};
+            use pd_stitch::gather::Store;
+            let store = Store::memory();
+            let report = compare(&merged, &store, &decode, &store, &Options::default())
+                .unwrap_or_else(|e| panic!("{place:?}: compare read no rows: {e}"));
+            assert_eq!(
+                (report.choices[0].compared, report.choices[0].equal_rows),
+                (2, 1),
+                "{place:?}: compare read the merged and the decode's rows"
+            );
+            let check = pd_stitch::gather::check_from(&merged, &store);
+            assert_eq!(check.fields.len(), 1, "{place:?}: check read the rows");
+        }
         walked += 1;
     }
     assert_eq!(walked, 6);
