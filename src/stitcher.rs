@@ -456,6 +456,9 @@ pub fn merge_routed_payload_in_json(prefill: &Value, decode: &mut Value) -> Resu
 /// zero-extended to the wider (for npy, only a narrower prefill, since the
 /// output keeps the decode's dtype).
 ///
+/// Inline rows that the response holds once, Dynamo's
+/// `nvext.routed_experts` (SPEC section 4b), are merged the same way.
+///
 /// Returns `Ok(false)`, leaving `decode` untouched, when neither side has
 /// inline rows; `Ok(true)` when every decode choice's rows were merged.
 ///
