@@ -2,8 +2,9 @@
 //! for each place that holds rows, a pair with rows there merges the same
 //! through the `Value` path and the bytes path (the scanner records the
 //! place), and a stream whose rows event holds it is stitched to that merge
-//! (the stream finds the place, its prefilter included). A row added to the
-//! table without a pair here fails the walk.
+//! (the stream finds the place, its prefilter included), and a router's
+//! first question, whether the prefill has rows, is answered yes. A row
+//! added to the table without a pair here fails the walk.
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
@@ -101,6 +102,20 @@ fn every_place_of_the_table_is_merged_by_both_paths_and_the_stream() {
     let mut walked = 0;
     for place in places::all().filter(|p| matches!(p.holds, Holds::Rows(_))) {
         let (prefill, decode, merged) = pair(place);
+        // A router asks first whether the prefill has rows to stitch.
+        let prefill_bytes = serde_json::to_vec(&prefill).unwrap();
+        assert!(stitcher.prefill_has_routed_experts(&prefill), "{place:?}");
+        assert!(pd_stitch::prefill_has_routed_experts(&prefill), "{place:?}");
+        assert_eq!(
+            stitcher.prefill_bytes_has_routed_experts(&prefill_bytes),
+            Ok(true),
+            "{place:?}"
+        );
+        assert_eq!(
+            pd_stitch::bytes::prefill_has_routed_experts(&prefill_bytes),
+            Ok(true),
+            "{place:?}"
+        );
         // The `Value` path.
         let mut by_value = decode.clone();
         assert_eq!(
@@ -110,7 +125,6 @@ fn every_place_of_the_table_is_merged_by_both_paths_and_the_stream() {
         );
         assert_eq!(by_value, merged, "{place:?}");
         // The bytes path, whose scanner must record the place.
-        let prefill_bytes = serde_json::to_vec(&prefill).unwrap();
         let mut by_bytes = serde_json::to_vec(&decode).unwrap();
         assert_eq!(
             stitcher.merge_bytes(&prefill_bytes, &mut by_bytes, Stitch::ForPd),
