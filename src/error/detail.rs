@@ -1,11 +1,11 @@
 //! [`ErrorDetail`]: what went wrong and where, one variant per kind of
 //! error, the value an [`Error`](super::Error) boxes.
 
+use super::kind::ErrorKind;
 use super::location::{root_of, Location, Side, Step};
-use super::ErrorKind;
+use super::Error;
 use crate::algebra::{Dtype, LayoutProblem, Overflow, PositionProblem, Rows, SupportedNames};
 use crate::codec::{Base64Error, Form, NpyError};
-use crate::Error;
 
 /// What [`ErrorDetail::MissingDecodeRows`] says: of a vLLM choice's inline rows,
 /// or of SGLang rows in another place.
