@@ -60,7 +60,7 @@ use axum::routing::post;
 use clap::Parser;
 use futures_util::StreamExt;
 use pd_stitch::stream::StreamStitcher;
-use pd_stitch::{Error, Stitcher};
+use pd_stitch::{Error, ErrorKind, Stitcher};
 use serde_json::{json, Value};
 
 /// Where the backends are and how the router treats them.
@@ -171,13 +171,13 @@ impl Backend {
 /// A merge error as the client sees it: a backend's body that is not JSON
 /// is the backend's failure, anything else a stitch error; both 502.
 fn stitch_failure(backend: Backend, e: Error) -> Failure {
-    match e {
-        Error::Json { .. } => Failure::new(
+    match e.kind() {
+        ErrorKind::Json => Failure::new(
             StatusCode::BAD_GATEWAY,
             "backend_error",
             format!("the {} backend's response is not JSON: {e}", backend.name()),
         ),
-        e => Failure::new(
+        _ => Failure::new(
             StatusCode::BAD_GATEWAY,
             "stitch_error",
             format!("cannot stitch the prefill's and the decode's responses: {e}"),

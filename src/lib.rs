@@ -76,8 +76,9 @@
 //!   [`Stitcher::merge_bytes_with`] (into memory the caller allocates) and
 //!   [`Stitcher::merge_bytes_in`] (in place in a [`bytes::Buffer`] its owner
 //!   resizes), each told what to stitch by a [`Stitch`].
-//! - [`Error`], with [`Error::kind`] to classify it ([`ErrorKind`]) and
-//!   [`Error::location`] to say where it is ([`Location`]).
+//! - [`Error`], with [`Error::kind`] to classify it ([`ErrorKind`]),
+//!   [`Error::location`] to say where it is ([`Location`]) and
+//!   [`Error::detail`] to read what it holds ([`ErrorDetail`]).
 //!
 //! # Layout of the crate
 //!
@@ -87,8 +88,8 @@
 //! - The entry points above map responses to the algebra and back through one
 //!   plan of the merge, planning every change before making any; [`bytes`]
 //!   reads and writes raw JSON text, changing only the stitched values.
-//! - [`Error`]: what went wrong, and where; [`Form`], [`Base64Error`] and
-//!   [`NpyError`] say more about inline rows.
+//! - [`Error`]: what went wrong, and where ([`ErrorDetail`]); [`Form`],
+//!   [`Base64Error`] and [`NpyError`] say more about inline rows.
 //!
 //! Inside, the files stand in layers, each importing only from its own or
 //! those below, and the folders name them: `algebra/`; `codec/` (base64,
@@ -158,7 +159,7 @@ pub mod stream;
 pub mod testing;
 
 pub use codec::{Base64Error, Form, NpyError};
-pub use error::{Error, ErrorKind, Location, Side, Step};
+pub use error::{Error, ErrorDetail, ErrorKind, Location, Side, Step};
 // The README's examples run as doc tests, so they cannot go stale.
 // The README's Rust examples use the `testing` feature.
 #[cfg(all(doctest, feature = "testing"))]

@@ -4,6 +4,8 @@
 use serde_json::Value;
 
 use crate::error::Error;
+#[cfg(doc)]
+use crate::error::ErrorDetail;
 use crate::format::stitch::Stitch;
 use crate::merge::value::merge;
 use crate::merge::{default_spec, Spec};
@@ -90,11 +92,11 @@ impl Stitcher {
     /// every decode choice's merged segments of each stitched field must
     /// tile their positions in payload order, with one row shape and
     /// compatible dtypes ([`algebra::check_layout`](crate::algebra::check_layout));
-    /// otherwise the merge fails with [`Error::Layout`] and the decode is
+    /// otherwise the merge fails with [`ErrorDetail::Layout`] and the decode is
     /// untouched.
     ///
     /// ```
-    /// use pd_stitch::{Error, Stitch, Stitcher};
+    /// use pd_stitch::{ErrorKind, Stitch, Stitcher};
     /// use serde_json::json;
     ///
     /// let seg = |file: &str, pos: u64, rows: u64| json!({"field": "routed_experts",
@@ -105,7 +107,7 @@ impl Stitcher {
     /// let before = decode.clone();
     ///
     /// let err = Stitcher::new().strict().merge(&prefill, &mut decode, Stitch::Payload);
-    /// assert!(matches!(err, Err(Error::Layout { .. })), "{err:?}");
+    /// assert_eq!(err.map_err(|e| e.kind()), Err(ErrorKind::Layout));
     /// assert_eq!(decode, before);
     /// // Without strict mode the merge goes through, gap and all.
     /// assert!(Stitcher::new().merge(&prefill, &mut decode, Stitch::Payload)?);
@@ -221,7 +223,7 @@ impl Stitcher {
     ///
     /// # Errors
     ///
-    /// [`Error::Json`] when either side is not valid JSON, else as
+    /// [`ErrorDetail::Json`] when either side is not valid JSON, else as
     /// [`merge`](Stitcher::merge); on error `decode` is unchanged.
     pub fn merge_bytes(
         &self,
@@ -278,7 +280,7 @@ impl Stitcher {
     ///
     /// # Errors
     ///
-    /// [`Error::Json`] when `prefill` is not valid JSON.
+    /// [`ErrorDetail::Json`] when `prefill` is not valid JSON.
     pub fn prefill_bytes_has_routed_experts(&self, prefill: &[u8]) -> Result<bool, Error> {
         crate::bytes::prefill_has_rows(&self.fields, prefill)
     }
@@ -424,17 +426,18 @@ impl Stitcher {
 ///
 /// On any error `decode` is exactly as it was.
 ///
-/// - [`Error::Integer`]: a stitched segment's `pos`, `rows`, `offset` or a
-///   `shape` entry is not a JSON integer in `0..=u64::MAX`.
-/// - [`Error::Dtype`]: a stitched segment's `dtype` is not a supported name.
-/// - [`Error::Overflow`]: `itemsize * prod(shape)`, `pos + rows` or
+/// - [`ErrorDetail::Integer`]: a stitched segment's `pos`, `rows`, `offset`
+///   or a `shape` entry is not a JSON integer in `0..=u64::MAX`.
+/// - [`ErrorDetail::Dtype`]: a stitched segment's `dtype` is not a supported
+///   name.
+/// - [`ErrorDetail::Overflow`]: `itemsize * prod(shape)`, `pos + rows` or
 ///   `offset + rows * row_bytes` does not fit in `u64`.
-/// - [`Error::MissingPrefillField`]: the decode has a stitched segment of a
-///   field the prefill has none of.
-/// - [`Error::Structure`]: a stitched segment's `shape` is not an array; or,
-///   with something to merge, `decode` is not an object, `decode.choices` not
-///   an array, a choice not an object, or a `payload` neither an array nor
-///   null.
+/// - [`ErrorDetail::MissingPrefillField`]: the decode has a stitched segment
+///   of a field the prefill has none of.
+/// - [`ErrorDetail::Structure`]: a stitched segment's `shape` is not an
+///   array; or, with something to merge, `decode` is not an object,
+///   `decode.choices` not an array, a choice not an object, or a `payload`
+///   neither an array nor null.
 pub fn merge_routed_payload_in_json(prefill: &Value, decode: &mut Value) -> Result<bool, Error> {
     merge(default_spec(Stitch::Payload), prefill, decode)
 }
@@ -485,16 +488,19 @@ pub fn merge_routed_payload_in_json(prefill: &Value, decode: &mut Value) -> Resu
 ///
 /// On any error `decode` is exactly as it was.
 ///
-/// - [`Error::MissingPrefillField`]: a decode choice has rows, the prefill none.
-/// - [`Error::MissingDecodeRows`]: the prefill has rows, a decode choice none.
-/// - [`Error::FormMismatch`]: one side compact, the other npy.
-/// - [`Error::Base64`], [`Error::Npy`], [`Error::Length`], [`Error::Structure`],
-///   [`Error::Integer`], [`Error::Dtype`], [`Error::Overflow`]: a side's rows
-///   are malformed.
-/// - [`Error::RowShapeMismatch`], [`Error::DtypeMismatch`]: the sides' rows
-///   differ in `(layers, topk)`, or in dtypes that do not widen.
-/// - [`Error::Coverage`]: the decode's rows leave a gap after the prefill's,
-///   or do not reach the cut.
+/// - [`ErrorDetail::MissingPrefillField`]: a decode choice has rows, the
+///   prefill none.
+/// - [`ErrorDetail::MissingDecodeRows`]: the prefill has rows, a decode
+///   choice none.
+/// - [`ErrorDetail::FormMismatch`]: one side compact, the other npy.
+/// - [`ErrorDetail::Base64`], [`ErrorDetail::Npy`], [`ErrorDetail::Length`],
+///   [`ErrorDetail::Structure`], [`ErrorDetail::Integer`],
+///   [`ErrorDetail::Dtype`], [`ErrorDetail::Overflow`]: a side's rows are
+///   malformed.
+/// - [`ErrorDetail::RowShapeMismatch`], [`ErrorDetail::DtypeMismatch`]: the
+///   sides' rows differ in `(layers, topk)`, or in dtypes that do not widen.
+/// - [`ErrorDetail::Coverage`]: the decode's rows leave a gap after the
+///   prefill's, or do not reach the cut.
 pub fn merge_routed_experts_in_json(prefill: &Value, decode: &mut Value) -> Result<bool, Error> {
     merge(default_spec(Stitch::Inline), prefill, decode)
 }

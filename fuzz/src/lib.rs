@@ -776,9 +776,11 @@ pub fn check_bytes(data: &[u8], bytes: BytesMerge, value: Merge) {
     let (p, d) = match (parsed_p, parsed_d) {
         (Ok(p), Ok(d)) => (p, d),
         (p, d) => {
-            // B3: text serde_json refuses is refused as Error::Json, naming
+            // B3: text serde_json refuses is refused as ErrorDetail::Json, naming
             // the side that does not parse (either one when both do not).
-            let Err(pd_stitch::Error::Json { side, .. }) = &result else {
+            let Err(pd_stitch::ErrorDetail::Json { side, .. }) =
+                result.as_ref().map_err(pd_stitch::Error::detail)
+            else {
                 panic!("B3: a side is not JSON but the bytes merge returned {result:?}");
             };
             let want = match (p.is_ok(), d.is_ok()) {
@@ -788,7 +790,7 @@ pub fn check_bytes(data: &[u8], bytes: BytesMerge, value: Merge) {
             };
             assert!(
                 want.is_none_or(|w| w == *side),
-                "B3: Error::Json names the {side} response, but only the other does not parse"
+                "B3: ErrorDetail::Json names the {side} response, but only the other does not parse"
             );
             return;
         }
@@ -799,7 +801,8 @@ pub fn check_bytes(data: &[u8], bytes: BytesMerge, value: Merge) {
     match (&result, &expected) {
         (Ok(a), Ok(b)) => assert!(a == b, "B1: bytes gave Ok({a}), Value gave Ok({b})"),
         (Err(a), Err(b)) => assert!(
-            std::mem::discriminant(a) == std::mem::discriminant(b) && a.location() == b.location(),
+            std::mem::discriminant(a.detail()) == std::mem::discriminant(b.detail())
+                && a.location() == b.location(),
             "B1: bytes gave error {a:?}, Value gave {b:?}"
         ),
         _ => panic!("B1: bytes gave {result:?}, Value gave {expected:?}"),
@@ -1230,7 +1233,7 @@ mod tests {
 
     const BYTES: &str = "bytes_merge_for_pd";
 
-    /// A real `Error::Coverage` (the variants are non_exhaustive: not built
+    /// A real `ErrorDetail::Coverage` (the variants are non_exhaustive: not built
     /// by hand) at a place no seed's is: the third choice's rows.
     fn coverage_elsewhere() -> pd_stitch::Error {
         let rows = |start: u64| serde_json::json!({"data": "AQID", "shape": [1, 1, 3], "start": start, "dtype": "uint8"});
@@ -1298,7 +1301,7 @@ mod tests {
             let nul = data.iter().position(|&b| b == 0).expect(&name);
             let mut decode = data[nul + 1..].to_vec();
             match pd_stitch::bytes::merge_routed_experts_for_pd(&data[..nul], &mut decode) {
-                Err(pd_stitch::Error::Json { .. }) => json += 1,
+                Err(e) if e.kind() == pd_stitch::ErrorKind::Json => json += 1,
                 Err(_) => err += 1,
                 Ok(false) => noop += 1,
                 Ok(true) => merged += 1,
@@ -1331,9 +1334,9 @@ mod tests {
         }));
         // B1: the same variant at another place (the side flipped).
         assert!(bytes_fires(|p, d| {
-            pd_stitch::bytes::merge_routed_experts_for_pd(p, d).map_err(|e| match e {
-                pd_stitch::Error::Coverage { .. } => coverage_elsewhere(),
-                other => other,
+            pd_stitch::bytes::merge_routed_experts_for_pd(p, d).map_err(|e| match e.kind() {
+                pd_stitch::ErrorKind::Coverage => coverage_elsewhere(),
+                _ => e,
             })
         }));
         // B1: merged bytes that say something else (a key added to the decode).
@@ -1359,14 +1362,14 @@ mod tests {
             }
             result
         }));
-        // B3: Error::Json naming the wrong side.
+        // B3: ErrorDetail::Json naming the wrong side.
         assert!(bytes_fires(|p, d| {
-            pd_stitch::bytes::merge_routed_experts_for_pd(p, d).map_err(|e| match e {
-                pd_stitch::Error::Json { .. } => {
+            pd_stitch::bytes::merge_routed_experts_for_pd(p, d).map_err(|e| match e.kind() {
+                pd_stitch::ErrorKind::Json => {
                     // The variants are non_exhaustive: a real Json error of the decode.
                     pd_stitch::bytes::parse(pd_stitch::Side::Decode, b"{").unwrap_err()
                 }
-                other => other,
+                _ => e,
             })
         }));
     }

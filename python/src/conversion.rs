@@ -204,7 +204,7 @@ pub(crate) fn text<'a>(obj: &Bound<'_, PyAny>, body: Body<'a>) -> PyResult<Cow<'
     }
 }
 
-/// The `Value` of a `Body`: parsed text (an `Error::Json` of `side` when it
+/// The `Value` of a `Body`: parsed text (an `ErrorDetail::Json` of `side` when it
 /// is not JSON), or a dict's skeleton.
 pub(crate) fn value(
     py: Python<'_>,

@@ -34,7 +34,7 @@ pub(crate) fn raise(
     err
 }
 
-/// A merge error as a `StitchError`. `Error::Json` is about a whole text, at
+/// A merge error as a `StitchError`. `ErrorDetail::Json` is about a whole text, at
 /// a byte offset, so it has no JSON path: its `.location` is None.
 pub(crate) fn stitch_error(py: Python<'_>, err: &Error) -> PyErr {
     let location = match err.kind() {

@@ -25,8 +25,8 @@ impl fmt::Display for Convention {
 }
 
 /// Why the positions of an SGLang pair are not determined: the reason of an
-/// [`Error::Positions`](crate::Error::Positions), with the numbers it comes
-/// from.
+/// [`ErrorDetail::Positions`](crate::ErrorDetail::Positions), with the
+/// numbers it comes from.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum PositionProblem {

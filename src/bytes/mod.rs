@@ -19,7 +19,7 @@
 //!   byte are kept;
 //! - `Ok(false)` and every error leave the decode's bytes untouched;
 //! - text that is not JSON (not UTF-8, a syntax error, trailing characters,
-//!   nesting deeper than `serde_json` allows) is [`Error::Json`].
+//!   nesting deeper than `serde_json` allows) is [`ErrorDetail::Json`].
 //!
 //! ```
 //! use pd_stitch::bytes;
@@ -41,7 +41,7 @@
 //! // Not JSON: an error that says where, and the decode unchanged.
 //! let mut broken = b"{\"choices\": [}".to_vec();
 //! let err = bytes::merge_routed_experts_for_pd(prefill, &mut broken).unwrap_err();
-//! assert!(matches!(err, pd_stitch::Error::Json { offset: 13, .. }));
+//! assert!(matches!(err.detail(), pd_stitch::ErrorDetail::Json { offset: 13, .. }));
 //! assert_eq!(broken, b"{\"choices\": [}");
 //! # Ok::<(), pd_stitch::Error>(())
 //! ```
@@ -87,7 +87,7 @@ mod write;
 pub use buffer::Buffer;
 
 use crate::codec::splice::{self, Edit};
-use crate::error::{Error, Side};
+use crate::error::{Error, ErrorDetail, Side};
 use crate::format::stitch;
 use crate::merge::{self, default_spec, Spec};
 use crate::response::fields::DEFAULT_FIELDS;
@@ -101,7 +101,7 @@ pub(crate) use view::ScannedValue;
 ///
 /// # Errors
 ///
-/// [`Error::Json`] when either side is not valid JSON (the prefill is read
+/// [`ErrorDetail::Json`] when either side is not valid JSON (the prefill is read
 /// first), else the errors of the `Value` function, at the same places; on
 /// error `decode` is unchanged.
 pub fn merge_routed_experts_for_pd(prefill: &[u8], decode: &mut Vec<u8>) -> Result<bool, Error> {
@@ -133,13 +133,13 @@ pub fn merge_routed_experts_in_json(prefill: &[u8], decode: &mut Vec<u8>) -> Res
 ///
 /// # Errors
 ///
-/// [`Error::Json`] when `prefill` is not valid JSON.
+/// [`ErrorDetail::Json`] when `prefill` is not valid JSON.
 pub fn prefill_has_routed_experts(prefill: &[u8]) -> Result<bool, Error> {
     prefill_has_rows(DEFAULT_FIELDS, prefill)
 }
 
 /// Parses one side's text into a `Value`, with this crate's error for text
-/// that is not JSON: [`Error::Json`] naming `side`, the byte offset where
+/// that is not JSON: [`ErrorDetail::Json`] naming `side`, the byte offset where
 /// `serde_json` stopped, and its message. For a caller that needs the tree
 /// (to [`gather`](crate::gather) from it, say) and reports errors as the
 /// merges do.
@@ -157,12 +157,15 @@ pub fn prefill_has_routed_experts(prefill: &[u8]) -> Result<bool, Error> {
 ///
 /// # Errors
 ///
-/// [`Error::Json`] when `text` is not valid JSON.
+/// [`ErrorDetail::Json`] when `text` is not valid JSON.
 pub fn parse(side: Side, text: &[u8]) -> Result<serde_json::Value, Error> {
-    serde_json::from_slice(text).map_err(|err| Error::Json {
-        side,
-        offset: byte_offset(text, err.line(), err.column()),
-        message: err.to_string(),
+    serde_json::from_slice(text).map_err(|err| {
+        ErrorDetail::Json {
+            side,
+            offset: byte_offset(text, err.line(), err.column()),
+            message: err.to_string(),
+        }
+        .into()
     })
 }
 
@@ -183,10 +186,13 @@ fn byte_offset(text: &[u8], line: usize, column: usize) -> usize {
 
 /// Scans one side, or says why it is not JSON.
 pub(crate) fn scan(side: Side, text: &[u8]) -> Result<Doc<'_>, Error> {
-    Doc::scan(text).map_err(|invalid| Error::Json {
-        side,
-        offset: invalid.offset,
-        message: invalid.message.to_owned(),
+    Doc::scan(text).map_err(|invalid| {
+        ErrorDetail::Json {
+            side,
+            offset: invalid.offset,
+            message: invalid.message.to_owned(),
+        }
+        .into()
     })
 }
 

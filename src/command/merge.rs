@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use pd_stitch::{Error, Side, Stitcher};
+use pd_stitch::{ErrorDetail, Side, Stitcher};
 use serde_json::Value;
 
 use super::read_bytes;
@@ -70,8 +70,8 @@ fn merge(
     let mut text = read_bytes(decode)?;
     stitcher
         .merge_bytes(&prefill_text, &mut text, pd_stitch::Stitch::ForPd)
-        .map_err(|e| match e {
-            Error::Json {
+        .map_err(|e| match e.into_detail() {
+            ErrorDetail::Json {
                 side,
                 offset,
                 message,

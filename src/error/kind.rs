@@ -3,9 +3,10 @@
 
 use std::fmt;
 
-/// The kind of an [`Error`](crate::Error), one per variant, named as the
-/// variant is: what a router matches on to choose a status or a metric label,
-/// and what the Python binding gives as `StitchError.kind`.
+/// The kind of an [`Error`](crate::Error), one per variant of its
+/// [`ErrorDetail`](crate::ErrorDetail), named as the variant is: what a
+/// router matches on to choose a status or a metric label, and what the
+/// Python binding gives as `StitchError.kind`.
 ///
 /// The names ([`ErrorKind::as_str`]) are stable: a new kind may be added in a
 /// minor release (the enum is `#[non_exhaustive]`), an existing one is never
@@ -32,56 +33,57 @@ use std::fmt;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum ErrorKind {
-    /// [`Error::Structure`](crate::Error::Structure).
+    /// [`ErrorDetail::Structure`](crate::ErrorDetail::Structure).
     Structure,
-    /// [`Error::Integer`](crate::Error::Integer).
+    /// [`ErrorDetail::Integer`](crate::ErrorDetail::Integer).
     Integer,
-    /// [`Error::Dtype`](crate::Error::Dtype).
+    /// [`ErrorDetail::Dtype`](crate::ErrorDetail::Dtype).
     Dtype,
-    /// [`Error::Overflow`](crate::Error::Overflow).
+    /// [`ErrorDetail::Overflow`](crate::ErrorDetail::Overflow).
     Overflow,
-    /// [`Error::MissingPrefillField`](crate::Error::MissingPrefillField).
+    /// [`ErrorDetail::MissingPrefillField`](crate::ErrorDetail::MissingPrefillField).
     MissingPrefillField,
-    /// [`Error::MissingDecodeRows`](crate::Error::MissingDecodeRows).
+    /// [`ErrorDetail::MissingDecodeRows`](crate::ErrorDetail::MissingDecodeRows).
     MissingDecodeRows,
-    /// [`Error::Base64`](crate::Error::Base64).
+    /// [`ErrorDetail::Base64`](crate::ErrorDetail::Base64).
     Base64,
-    /// [`Error::Npy`](crate::Error::Npy).
+    /// [`ErrorDetail::Npy`](crate::ErrorDetail::Npy).
     Npy,
-    /// [`Error::Length`](crate::Error::Length).
+    /// [`ErrorDetail::Length`](crate::ErrorDetail::Length).
     Length,
-    /// [`Error::FormMismatch`](crate::Error::FormMismatch).
+    /// [`ErrorDetail::FormMismatch`](crate::ErrorDetail::FormMismatch).
     FormMismatch,
-    /// [`Error::RowShapeMismatch`](crate::Error::RowShapeMismatch).
+    /// [`ErrorDetail::RowShapeMismatch`](crate::ErrorDetail::RowShapeMismatch).
     RowShapeMismatch,
-    /// [`Error::DtypeMismatch`](crate::Error::DtypeMismatch).
+    /// [`ErrorDetail::DtypeMismatch`](crate::ErrorDetail::DtypeMismatch).
     DtypeMismatch,
-    /// [`Error::Coverage`](crate::Error::Coverage).
+    /// [`ErrorDetail::Coverage`](crate::ErrorDetail::Coverage).
     Coverage,
-    /// [`Error::Layout`](crate::Error::Layout).
+    /// [`ErrorDetail::Layout`](crate::ErrorDetail::Layout).
     Layout,
-    /// [`Error::Json`](crate::Error::Json).
+    /// [`ErrorDetail::Json`](crate::ErrorDetail::Json).
     Json,
-    /// [`Error::StreamEvent`](crate::Error::StreamEvent).
+    /// [`ErrorDetail::StreamEvent`](crate::ErrorDetail::StreamEvent).
     StreamEvent,
-    /// [`Error::StreamRowsRepeated`](crate::Error::StreamRowsRepeated).
+    /// [`ErrorDetail::StreamRowsRepeated`](crate::ErrorDetail::StreamRowsRepeated).
     StreamRowsRepeated,
-    /// [`Error::StreamUnstitched`](crate::Error::StreamUnstitched).
+    /// [`ErrorDetail::StreamUnstitched`](crate::ErrorDetail::StreamUnstitched).
     StreamUnstitched,
-    /// [`Error::StreamUnfinished`](crate::Error::StreamUnfinished).
+    /// [`ErrorDetail::StreamUnfinished`](crate::ErrorDetail::StreamUnfinished).
     StreamUnfinished,
-    /// [`Error::StreamClosed`](crate::Error::StreamClosed).
+    /// [`ErrorDetail::StreamClosed`](crate::ErrorDetail::StreamClosed).
     StreamClosed,
-    /// [`Error::Positions`](crate::Error::Positions).
+    /// [`ErrorDetail::Positions`](crate::ErrorDetail::Positions).
     Positions,
-    /// [`Error::StreamPrefillMissing`](crate::Error::StreamPrefillMissing).
+    /// [`ErrorDetail::StreamPrefillMissing`](crate::ErrorDetail::StreamPrefillMissing).
     StreamPrefillMissing,
-    /// [`Error::StreamPrefillRepeated`](crate::Error::StreamPrefillRepeated).
+    /// [`ErrorDetail::StreamPrefillRepeated`](crate::ErrorDetail::StreamPrefillRepeated).
     StreamPrefillRepeated,
 }
 
 impl ErrorKind {
-    /// Every kind, in the order of the variants of [`Error`](crate::Error).
+    /// Every kind, in the order of the variants of
+    /// [`ErrorDetail`](crate::ErrorDetail).
     pub const ALL: [ErrorKind; 23] = [
         ErrorKind::Structure,
         ErrorKind::Integer,

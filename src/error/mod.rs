@@ -7,44 +7,32 @@
 //! decode choices[1].payload[3].rows: must be a non-negative integer, got -1
 //! ```
 //!
-//! The variants sort errors by what a caller may want to do about them: a
-//! malformed response ([`Error::Structure`], [`Error::Integer`],
-//! [`Error::Dtype`], [`Error::Base64`], [`Error::Npy`], [`Error::Length`]),
-//! numbers that do not fit ([`Error::Overflow`]), or two responses that cannot
-//! be stitched ([`Error::MissingPrefillField`], [`Error::MissingDecodeRows`],
-//! [`Error::FormMismatch`], [`Error::RowShapeMismatch`],
-//! [`Error::DtypeMismatch`], [`Error::Coverage`]), or a merged layout that
-//! strict mode refuses ([`Error::Layout`]).
+//! [`Error`] is one pointer to an [`ErrorDetail`], the variant that says what
+//! went wrong with its values: every merge returns a `Result` with it, and a
+//! `Result` is as large as its error, so the success path moves 8 bytes where
+//! the enum took 88 (`serde_json::Error` is one box for the same reason).
 
 mod describe;
+mod detail;
 mod kind;
 mod location;
 
 pub(crate) use describe::describe;
+pub use detail::ErrorDetail;
 pub use kind::ErrorKind;
 pub use location::{Location, Side, Step};
 
-use location::root_of;
+use std::fmt;
 
-use crate::algebra::{Dtype, LayoutProblem, Overflow, PositionProblem, Rows, SupportedNames};
-use crate::codec::{Base64Error, Form, NpyError};
-
-/// What [`Error::MissingDecodeRows`] says: of a vLLM choice's inline rows,
-/// or of SGLang rows in another place.
-fn missing_decode_rows(at: &Location) -> &'static str {
-    match at.path() {
-        [Step::Key(choices), Step::Index(_), Step::Key(_)] if choices == "choices" => {
-            "the prefill has inline routed_experts but this decode choice has none"
-        }
-        _ => "the prefill has routed_experts rows here but the decode has none",
-    }
-}
-
-/// Why a merge failed. On any of these the decode response is left exactly as
-/// it was.
+/// Why a merge failed: what went wrong ([`Error::kind`]), where
+/// ([`Error::location`]), and a message that says both ([`Display`](fmt::Display)).
+/// On any error the decode response is left exactly as it was.
+///
+/// It is a box around an [`ErrorDetail`], so that a `Result` of the hot path
+/// stays two words at most; [`Error::detail`] reads the variant's fields.
 ///
 /// ```
-/// use pd_stitch::{merge_routed_payload_in_json, Error};
+/// use pd_stitch::{merge_routed_payload_in_json, ErrorDetail, ErrorKind};
 /// use serde_json::json;
 ///
 /// let prefill = json!({"choices": [{"payload": [
@@ -56,335 +44,54 @@ fn missing_decode_rows(at: &Location) -> &'static str {
 /// let before = decode.clone();
 ///
 /// let err = merge_routed_payload_in_json(&prefill, &mut decode).unwrap_err();
-/// assert!(matches!(err, Error::Integer { .. }));
+/// assert_eq!(err.kind(), ErrorKind::Integer);
+/// assert!(matches!(err.detail(), ErrorDetail::Integer { got, .. } if got == "-1"));
 /// assert_eq!(
 ///     err.to_string(),
 ///     "decode choices[0].payload[0].rows: must be a non-negative integer, got -1"
 /// );
 /// assert_eq!(decode, before);
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    /// A value has the wrong JSON type: `choices` that is not an array, a
-    /// choice that is not an object, a `payload` or `shape` that is not an
-    /// array, a missing key.
-    #[non_exhaustive]
-    #[error("{at}: must be {expected}, got {got}")]
-    Structure {
-        /// Where.
-        at: Location,
-        /// What was expected, e.g. `"an array"`.
-        expected: &'static str,
-        /// What was found, as (possibly shortened) JSON, or `nothing`.
-        got: String,
-    },
-    /// A position, row count, offset or dimension that is not a JSON integer in
-    /// `0..=u64::MAX`: a negative number, a float such as `3.0`, a string, a
-    /// bool, a number too large for `u64`, or a missing key.
-    #[non_exhaustive]
-    #[error("{at}: must be a non-negative integer, got {got}")]
-    Integer {
-        /// Where.
-        at: Location,
-        /// What was found, as (possibly shortened) JSON, or `nothing`.
-        got: String,
-    },
-    /// A `dtype` that is not one of the supported NumPy names.
-    #[non_exhaustive]
-    #[error("{at}: unsupported dtype {got}; expected one of {SupportedNames}")]
-    Dtype {
-        /// Where.
-        at: Location,
-        /// What was found, as (possibly shortened) JSON, or `nothing`.
-        got: String,
-    },
-    /// A segment whose size or extent does not fit in `u64`.
-    #[non_exhaustive]
-    #[error("{at}: {overflow}")]
-    Overflow {
-        /// The segment.
-        at: Location,
-        /// Which quantity overflowed, with the values it came from.
-        overflow: Overflow,
-    },
-    /// The decode has rows of a stitched field (a payload segment, or inline
-    /// `routed_experts`) that the prefill has none of: the prompt's rows of
-    /// that field are missing, so the two responses cannot be stitched.
-    #[non_exhaustive]
-    #[error("{at}: the decode has rows of field {field:?} but prefill choices[0] has none, so the prompt's rows are missing")]
-    MissingPrefillField {
-        /// The decode rows.
-        at: Location,
-        /// The field.
-        field: String,
-    },
-    /// The prefill has inline rows (or SGLang rows in this place) but this
-    /// decode choice (or place) has none.
-    #[non_exhaustive]
-    #[error("{at}: {}", missing_decode_rows(at))]
-    MissingDecodeRows {
-        /// The decode choice's `routed_experts`.
-        at: Location,
-    },
-    /// Inline rows whose base64 is not canonical standard base64 with
-    /// padding.
-    #[non_exhaustive]
-    #[error("{at}: invalid base64: {error}")]
-    Base64 {
-        /// The base64 text.
-        at: Location,
-        /// What is wrong, and where in the text.
-        error: Base64Error,
-    },
-    /// An inline `.npy` value that is not a readable 3-d array of rows.
-    #[non_exhaustive]
-    #[error("{at}: {error}")]
-    Npy {
-        /// The `.npy` string.
-        at: Location,
-        /// What is wrong.
-        error: NpyError,
-    },
-    /// Compact rows whose `data` does not hold `seq * layers * topk *
-    /// itemsize` bytes.
-    #[non_exhaustive]
-    #[error("{at}: decodes to {got} bytes, but shape and dtype need {expected}")]
-    Length {
-        /// The `data` key.
-        at: Location,
-        /// `seq * layers * topk * itemsize`.
-        expected: u64,
-        /// The decoded length.
-        got: u64,
-    },
-    /// Inline rows of the two sides in different forms (compact and npy).
-    #[non_exhaustive]
-    #[error("{at}: rows are {decode} but the prefill's are {prefill}")]
-    FormMismatch {
-        /// The decode choice's `routed_experts`.
-        at: Location,
-        /// The prefill's form.
-        prefill: Form,
-        /// The decode's form.
-        decode: Form,
-    },
-    /// Inline rows of the two sides with different `(layers, topk)`.
-    #[non_exhaustive]
-    #[error("{at}: rows have shape {decode:?} but the prefill's have {prefill:?}")]
-    RowShapeMismatch {
-        /// The decode choice's `routed_experts`.
-        at: Location,
-        /// The prefill's `[layers, topk]`.
-        prefill: Vec<u64>,
-        /// The decode's `[layers, topk]`.
-        decode: Vec<u64>,
-    },
-    /// Inline rows of dtypes that cannot be merged: only unsigned integers
-    /// widen (`uint8 < uint16 < uint32 < uint64`), and npy output keeps the
-    /// decode's dtype, so there only a narrower prefill is widened.
-    #[non_exhaustive]
-    #[error("{at}: {form} rows of dtype {decode} cannot be merged with the prefill's {prefill} (only unsigned integers widen{})", if *form == Form::Npy { ", and npy keeps the decode's dtype" } else { "" })]
-    DtypeMismatch {
-        /// The decode choice's `routed_experts`.
-        at: Location,
-        /// The rows' form.
-        form: Form,
-        /// The prefill's dtype.
-        prefill: Dtype,
-        /// The decode's dtype.
-        decode: Dtype,
-    },
-    /// Inline decode rows that do not reach the cut from at or before it:
-    /// they start after it (a gap) or end before it (too few rows).
-    #[non_exhaustive]
-    #[error("{at}: decode rows {decode} must contain the cut {cut} (prefill rows end there); {}", if decode.start() > *cut { "positions between them would be missing" } else { "there are too few rows" })]
-    Coverage {
-        /// The decode choice's `routed_experts`.
-        at: Location,
-        /// One past the prefill's last row.
-        cut: u64,
-        /// The decode's positions.
-        decode: Rows,
-    },
-    /// Strict mode ([`Stitcher::strict`](crate::Stitcher::strict)): a decode
-    /// choice's merged segments of a stitched field that break the layout rule
-    /// ([`check_layout`](crate::algebra::check_layout)), so a trainer reading
-    /// them in payload order would misplace rows. The segment indices of
-    /// `problem` are those of the merged payload the choice would have got;
-    /// `first` and `second` say where those two segments came from.
-    #[non_exhaustive]
-    #[error("{at}: strict: the merged {field} segments would be misread: {problem} (segment {} is {first}, segment {} is {second})", problem.segments().0, problem.segments().1)]
-    Layout {
-        /// The decode choice's `payload`.
-        at: Location,
-        /// The field.
-        field: String,
-        /// What is wrong, with indices into the merged payload (boxed, as
-        /// are the origins, to keep `Error` small on the success path).
-        problem: Box<LayoutProblem>,
-        /// Where the problem's first segment came from (a prefill or a decode
-        /// payload item).
-        first: Box<Location>,
-        /// Where its second segment came from.
-        second: Box<Location>,
-    },
-    /// A response given as bytes ([`bytes`](crate::bytes)) that is not valid
-    /// JSON as `serde_json` reads it: not UTF-8, a syntax error, anything but
-    /// whitespace after the value, or nesting deeper than 128 levels.
-    #[non_exhaustive]
-    #[error("{side} response: invalid JSON at byte {offset}: {message}")]
-    Json {
-        /// Which response.
-        side: Side,
-        /// The byte offset where reading failed.
-        offset: usize,
-        /// What is wrong, in `serde_json`'s words.
-        message: String,
-    },
-    /// A streamed decode ([`stream`](crate::stream)): an event that carries
-    /// rows failed to stitch. `error` is the merge's error, at its place in
-    /// the event's data (the decode response); [`Error::location`] is its.
-    #[non_exhaustive]
-    #[error("stream event {event} (at byte {offset}): {error}")]
-    StreamEvent {
-        /// The event's number in the stream, from 0.
-        event: u64,
-        /// The stream offset of the event's first byte.
-        offset: u64,
-        /// Why its data could not be stitched.
-        error: Box<Error>,
-    },
-    /// A streamed decode: a second event with rows for a choice (or SGLang
-    /// slot) that an earlier event's rows were stitched into.
-    #[non_exhaustive]
-    #[error("stream event {event} (at byte {offset}): rows for {slot} again (event {first_event} had them); a choice's rows come on one event")]
-    StreamRowsRepeated {
-        /// The event's number in the stream, from 0.
-        event: u64,
-        /// The stream offset of the event's first byte.
-        offset: u64,
-        /// The event whose rows were stitched first.
-        first_event: u64,
-        /// Which rows: `choice 1`, `SGLang sglext`, ...
-        slot: String,
-    },
-    /// A streamed decode: an event carries rows (by its keys) that the merge
-    /// leaves unstitched: SGLang's slots, in a build whose merge does not
-    /// read them.
-    #[non_exhaustive]
-    #[error(
-        "stream event {event} (at byte {offset}): carries rows that this merge does not stitch"
-    )]
-    StreamUnstitched {
-        /// The event's number in the stream, from 0.
-        event: u64,
-        /// The stream offset of the event's first byte.
-        offset: u64,
-    },
-    /// A streamed decode that ended inside an event that may carry rows (its
-    /// bytes name `payload` or a non-null `routed_experts`, or have a `\u`
-    /// escape): its rows, if any, could not be stitched.
-    #[non_exhaustive]
-    #[error("the stream ended inside an event that may carry rows ({len} bytes from byte {offset}, no blank line after them)")]
-    StreamUnfinished {
-        /// The stream offset of the event's first byte.
-        offset: u64,
-        /// How many bytes of it arrived.
-        len: u64,
-    },
-    /// A streamed decode fed (or finished) again after it failed or was
-    /// finished.
-    #[non_exhaustive]
-    #[error("the stream stitcher {}: it takes no more input", if *failed { "failed" } else { "was finished" })]
-    StreamClosed {
-        /// Whether it failed (else it was finished).
-        failed: bool,
-    },
-    /// SGLang rows whose positions the responses do not determine: the
-    /// token counts and the rows' lengths place them nowhere, or in more
-    /// than one way (SPEC section 10).
-    #[non_exhaustive]
-    #[error("{at}: {problem}")]
-    Positions {
-        /// The value at fault: the rows, or a token count.
-        at: Location,
-        /// Why, with the numbers it comes from.
-        problem: PositionProblem,
-    },
-    /// A streamed decode finished before its prefill was given
-    /// ([`StreamStitcher::awaiting_prefill`](crate::stream::StreamStitcher::awaiting_prefill)):
-    /// the prefill never came. `held` bytes (the event that carries rows and
-    /// every byte after it) were waiting for it and are not appended.
-    #[non_exhaustive]
-    #[error("the stream ended before the prefill's response was given ({held} bytes, from the event that carries rows on, were waiting for it)")]
-    StreamPrefillMissing {
-        /// How many bytes of the stream were held for the prefill.
-        held: u64,
-    },
-    /// A streamed decode given a prefill response when it already had one.
-    #[non_exhaustive]
-    #[error("the stream stitcher was given a prefill response twice")]
-    StreamPrefillRepeated {},
-}
+#[derive(Clone, PartialEq, Eq, thiserror::Error)]
+#[error(transparent)]
+pub struct Error(Box<ErrorDetail>);
 
 impl Error {
     /// What kind of error this is: a `Copy` value to match on, named as the
-    /// variant is ([`ErrorKind::as_str`]).
+    /// variant of its detail is ([`ErrorKind::as_str`]).
     pub fn kind(&self) -> ErrorKind {
-        match self {
-            Error::Structure { .. } => ErrorKind::Structure,
-            Error::Integer { .. } => ErrorKind::Integer,
-            Error::Dtype { .. } => ErrorKind::Dtype,
-            Error::Overflow { .. } => ErrorKind::Overflow,
-            Error::MissingPrefillField { .. } => ErrorKind::MissingPrefillField,
-            Error::MissingDecodeRows { .. } => ErrorKind::MissingDecodeRows,
-            Error::Base64 { .. } => ErrorKind::Base64,
-            Error::Npy { .. } => ErrorKind::Npy,
-            Error::Length { .. } => ErrorKind::Length,
-            Error::FormMismatch { .. } => ErrorKind::FormMismatch,
-            Error::RowShapeMismatch { .. } => ErrorKind::RowShapeMismatch,
-            Error::DtypeMismatch { .. } => ErrorKind::DtypeMismatch,
-            Error::Coverage { .. } => ErrorKind::Coverage,
-            Error::Layout { .. } => ErrorKind::Layout,
-            Error::Positions { .. } => ErrorKind::Positions,
-            Error::Json { .. } => ErrorKind::Json,
-            Error::StreamEvent { .. } => ErrorKind::StreamEvent,
-            Error::StreamRowsRepeated { .. } => ErrorKind::StreamRowsRepeated,
-            Error::StreamUnstitched { .. } => ErrorKind::StreamUnstitched,
-            Error::StreamUnfinished { .. } => ErrorKind::StreamUnfinished,
-            Error::StreamPrefillMissing { .. } => ErrorKind::StreamPrefillMissing,
-            Error::StreamPrefillRepeated { .. } => ErrorKind::StreamPrefillRepeated,
-            Error::StreamClosed { .. } => ErrorKind::StreamClosed,
-        }
+        self.0.kind()
     }
 
     /// Where in which response the problem is.
     pub fn location(&self) -> &Location {
-        match self {
-            Error::Structure { at, .. }
-            | Error::Integer { at, .. }
-            | Error::Dtype { at, .. }
-            | Error::Overflow { at, .. }
-            | Error::MissingPrefillField { at, .. }
-            | Error::MissingDecodeRows { at }
-            | Error::Base64 { at, .. }
-            | Error::Npy { at, .. }
-            | Error::Length { at, .. }
-            | Error::FormMismatch { at, .. }
-            | Error::RowShapeMismatch { at, .. }
-            | Error::DtypeMismatch { at, .. }
-            | Error::Coverage { at, .. }
-            | Error::Layout { at, .. }
-            | Error::Positions { at, .. } => at,
-            Error::Json { side, .. } => root_of(*side),
-            Error::StreamEvent { error, .. } => error.location(),
-            Error::StreamRowsRepeated { .. }
-            | Error::StreamUnstitched { .. }
-            | Error::StreamUnfinished { .. }
-            | Error::StreamPrefillMissing { .. }
-            | Error::StreamClosed { .. } => root_of(Side::Decode),
-            Error::StreamPrefillRepeated { .. } => root_of(Side::Prefill),
-        }
+        self.0.location()
+    }
+
+    /// What went wrong, with the values that say so.
+    pub fn detail(&self) -> &ErrorDetail {
+        &self.0
+    }
+
+    /// What went wrong, taken out of the box.
+    pub fn into_detail(self) -> ErrorDetail {
+        *self.0
+    }
+}
+
+impl From<ErrorDetail> for Error {
+    // Every error is built on a failure, never on the way to a merged
+    // response: out of line, the allocation stays out of the merges' code.
+    #[cold]
+    #[inline(never)]
+    fn from(detail: ErrorDetail) -> Error {
+        Error(Box::new(detail))
+    }
+}
+
+/// The detail's: `Integer { at: .., got: "-1" }`, as before `Error` was a box.
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
     }
 }

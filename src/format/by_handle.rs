@@ -15,7 +15,7 @@ use std::borrow::Cow;
 use std::rc::Rc;
 
 use crate::algebra::{row_bytes, Cuts, Dtype, Extent};
-use crate::error::{Error, Location, Side};
+use crate::error::{Error, ErrorDetail, Location, Side};
 use crate::format::strict::{Origin, Planned};
 use crate::response::json::{self, choice_at};
 use crate::response::paths::prefill_choice;
@@ -60,7 +60,7 @@ pub(crate) fn item_at(side: Side, choice: usize, item: usize) -> Location {
 /// path is missing or of another type. The prefill side is read leniently: a
 /// prefill without usable segments simply has none, and if the decode has
 /// rows that need them, that is reported as
-/// [`Error::MissingPrefillField`].
+/// [`ErrorDetail::MissingPrefillField`].
 pub(crate) fn prefill_payload<'a, V: View<'a>>(prefill: V) -> impl Iterator<Item = V> + 'a {
     prefill_choice(prefill)
         .and_then(|choice| choice.get(PAYLOAD))
@@ -212,11 +212,12 @@ impl<'p, V: View<'p>> PrefillSegments<V> {
                 fates
             }
             Some(_) => {
-                return Err(Error::Structure {
+                return Err(ErrorDetail::Structure {
                     at: choice_at(Side::Decode, i).key(PAYLOAD),
                     expected: "an array or null",
                     got: describe_view(payload),
-                })
+                }
+                .into())
             }
         };
         if let Some(planned) = strict {
@@ -365,7 +366,7 @@ impl<'v, V: View<'v>> Keys<'v, V> {
             "an array of non-negative integers",
             || at().key("shape"),
         )?;
-        let overflow = |overflow| Error::Overflow { at: at(), overflow };
+        let overflow = |overflow| ErrorDetail::Overflow { at: at(), overflow };
         let row_bytes = row_bytes(dtype, json::dims(shape)).map_err(overflow)?;
         let extent = Extent::new(offset, pos, rows, row_bytes).map_err(overflow)?;
         Ok((extent, dtype, shape))
@@ -387,12 +388,12 @@ impl<'v, V: View<'v>> Keys<'v, V> {
             dtype,
             json::dims(shape).collect(),
         )
-        .map_err(|overflow| Error::Overflow { at: at(), overflow })
+        .map_err(|overflow| ErrorDetail::Overflow { at: at(), overflow }.into())
     }
 }
 
 /// The first error a decode stitched segment causes when the prefill has none:
-/// its own validation error, or else [`Error::MissingPrefillField`]. With
+/// its own validation error, or else [`ErrorDetail::MissingPrefillField`]. With
 /// nothing to merge, the decode's structure is not held against it.
 fn first_orphan<'d, S: AsRef<str>, D: View<'d>>(fields: &[S], decode: D) -> Option<Error> {
     for (i, choice) in decode.get("choices")?.elements()?.enumerate() {
@@ -404,10 +405,11 @@ fn first_orphan<'d, S: AsRef<str>, D: View<'d>>(fields: &[S], decode: D) -> Opti
                 let at = || item_at(Side::Decode, i, j);
                 return Some(match keys.extent(&at) {
                     Err(err) => err,
-                    Ok(_) => Error::MissingPrefillField {
+                    Ok(_) => ErrorDetail::MissingPrefillField {
                         at: at(),
                         field: keys.field.into_owned(),
-                    },
+                    }
+                    .into(),
                 });
             }
         }
@@ -429,12 +431,12 @@ fn fate<'d, S: AsRef<str>, D: View<'d>>(
         return Ok(Item::Keep);
     };
     let (extent, dtype, shape) = keys.parts(&at)?;
-    let kept =
-        cuts.clip_extent(&keys.field, extent)
-            .map_err(|missing| Error::MissingPrefillField {
-                at: at(),
-                field: missing.field,
-            })?;
+    let kept = cuts.clip_extent(&keys.field, extent).map_err(|missing| {
+        ErrorDetail::MissingPrefillField {
+            at: at(),
+            field: missing.field,
+        }
+    })?;
     // Strict mode: note what this segment will cover in the merged payload.
     if let (Some((planned, index, j)), Some(kept)) = (record, kept) {
         planned.push(

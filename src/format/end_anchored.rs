@@ -17,7 +17,7 @@
 //! by different rules, and nothing says which one the other side follows.
 
 use crate::algebra::PositionProblem;
-use crate::error::{Error, Location, Side};
+use crate::error::{Error, ErrorDetail, Location, Side};
 use crate::format::places::{place, Holder, Holds, Place};
 use crate::response::json::{self, choice_at};
 use crate::response::view::{Kind, View};
@@ -56,11 +56,12 @@ impl Counts {
             return Ok(None);
         };
         if tokens.kind() != Kind::Array {
-            return Err(Error::Structure {
+            return Err(ErrorDetail::Structure {
                 at: choice_at(side, i).key(TOKEN_IDS),
                 expected: "an array of token ids",
                 got: tokens.describe(),
-            });
+            }
+            .into());
         }
         let prompt = json::integer(
             root.get("usage")
@@ -127,19 +128,21 @@ pub(crate) fn check_pair(
     decode_rows_at: impl Fn() -> Location,
 ) -> Result<(), Error> {
     match (prefill, decode) {
-        (Some(p), Some(d)) if p.prompt != d.prompt => Err(Error::Positions {
+        (Some(p), Some(d)) if p.prompt != d.prompt => Err(ErrorDetail::Positions {
             at: prompt_at(Side::Decode),
             problem: PositionProblem::PromptMismatch {
                 prefill: p.prompt,
                 decode: d.prompt,
             },
-        }),
-        (Some(_), None) | (None, Some(_)) => Err(Error::Positions {
+        }
+        .into()),
+        (Some(_), None) | (None, Some(_)) => Err(ErrorDetail::Positions {
             at: decode_rows_at(),
             problem: PositionProblem::CountsOnOneSide {
                 prefill: prefill.is_some(),
             },
-        }),
+        }
+        .into()),
         _ => Ok(()),
     }
 }

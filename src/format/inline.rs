@@ -25,7 +25,7 @@ use crate::algebra::{Dtype, Segment};
 use crate::codec::base64::Base64;
 use crate::codec::text::{Encoder, Text, DECODE, PREFILL};
 use crate::codec::{npy, Form, NpyError};
-use crate::error::{Error, Location, Side};
+use crate::error::{Error, ErrorDetail, Location, Side};
 use crate::response::fields::ROUTED_EXPERTS;
 use crate::response::json;
 use crate::response::paths::{prefill_choice, prefill_rows, rows_at};
@@ -129,7 +129,7 @@ impl<'p, P: View<'p>> PrefillRows<'p, P> {
         let value = choice
             .get(ROUTED_EXPERTS)
             .filter(|value| !value.is_null())
-            .ok_or_else(|| Error::MissingDecodeRows { at: at() })?;
+            .ok_or_else(|| ErrorDetail::MissingDecodeRows { at: at() })?;
         let counts = || match given {
             Some(&counts) => Ok(Some(counts)),
             None => Counts::read(decode, choice, Side::Decode, i),
@@ -140,7 +140,7 @@ impl<'p, P: View<'p>> PrefillRows<'p, P> {
 }
 
 /// The first decode choice with inline rows, as an error, when the prefill has
-/// none: its own validation error, or else [`Error::MissingPrefillField`].
+/// none: its own validation error, or else [`ErrorDetail::MissingPrefillField`].
 fn first_orphan<'d, D: View<'d>>(decode: D) -> Option<Error> {
     decode
         .get("choices")?
@@ -152,10 +152,11 @@ fn first_orphan<'d, D: View<'d>>(decode: D) -> Option<Error> {
             // Placed from 0: an orphan's positions are never used.
             Some(match Parsed::parse(value, || Ok(None), at) {
                 Err(err) => err,
-                Ok(_) => Error::MissingPrefillField {
+                Ok(_) => ErrorDetail::MissingPrefillField {
                     at: at(),
                     field: ROUTED_EXPERTS.to_owned(),
-                },
+                }
+                .into(),
             })
         })
 }
@@ -242,11 +243,12 @@ impl<'v> Parsed<'v> {
                 counts()?,
                 at,
             ),
-            _ => Err(Error::Structure {
+            _ => Err(ErrorDetail::Structure {
                 at: at(),
                 expected: "an object (compact rows) or a string (.npy rows)",
                 got: value.describe(),
-            }),
+            }
+            .into()),
         }
     }
 
@@ -255,11 +257,12 @@ impl<'v> Parsed<'v> {
         let text = match data.and_then(View::as_bytes) {
             Some(text) => text,
             None => {
-                return Err(Error::Structure {
+                return Err(ErrorDetail::Structure {
                     at: at().key("data"),
                     expected: "a base64 string",
                     got: describe_view(data),
-                })
+                }
+                .into())
             }
         };
         let shape_value = object.get("shape");
@@ -275,21 +278,22 @@ impl<'v> Parsed<'v> {
             some => json::dtype(some, || at().key("dtype"))?,
         };
         let decoded_len = Base64::parse_counted(&text, data.and_then(View::alphabet_prefix))
-            .map_err(|error| Error::Base64 {
+            .map_err(|error| ErrorDetail::Base64 {
                 at: at().key("data"),
                 error,
             })?
             .decoded_len();
         let mut dims = json::dims(shape);
         let (Some(seq), Some(layers), Some(topk)) = (dims.next(), dims.next(), dims.next()) else {
-            return Err(Error::Structure {
+            return Err(ErrorDetail::Structure {
                 at: at().key("shape"),
                 expected: "an array of 3 non-negative integers",
                 got: describe_view(shape_value),
-            });
+            }
+            .into());
         };
         let segment = Segment::new(ROUTED_EXPERTS, (), 0, start, seq, dtype, vec![layers, topk])
-            .map_err(|overflow| Error::Overflow { at: at(), overflow })?;
+            .map_err(|overflow| ErrorDetail::Overflow { at: at(), overflow })?;
         check_len(&segment, decoded_len, || at().key("data"))?;
         Ok(Parsed {
             form: Form::Compact,
@@ -308,10 +312,10 @@ impl<'v> Parsed<'v> {
         at: impl Fn() -> Location,
     ) -> Result<Parsed<'v>, Error> {
         let decoded_len = Base64::parse_counted(&text, alphabet_prefix)
-            .map_err(|error| Error::Base64 { at: at(), error })?
+            .map_err(|error| ErrorDetail::Base64 { at: at(), error })?
             .decoded_len();
         let base64 = Base64::parsed(&text, decoded_len);
-        let npy_error = |error| Error::Npy { at: at(), error };
+        let npy_error = |error| Error::from(ErrorDetail::Npy { at: at(), error });
         // Decode the header only: the rows stay text until the merge needs them.
         let mut prefix = Vec::new();
         base64.decode_range(0, npy::PREFIX, &mut prefix);
@@ -326,7 +330,7 @@ impl<'v> Parsed<'v> {
         let start = match counts {
             Some(counts) => counts
                 .start(seq)
-                .map_err(|problem| Error::Positions { at: at(), problem })?,
+                .map_err(|problem| ErrorDetail::Positions { at: at(), problem })?,
             None => 0,
         };
         let segment = Segment::new(
@@ -338,7 +342,7 @@ impl<'v> Parsed<'v> {
             header.dtype,
             vec![layers, topk],
         )
-        .map_err(|overflow| Error::Overflow { at: at(), overflow })?;
+        .map_err(|overflow| ErrorDetail::Overflow { at: at(), overflow })?;
         let rows = Parsed {
             form: Form::Npy,
             segment,
@@ -356,7 +360,7 @@ impl<'v> Parsed<'v> {
     }
 }
 
-/// [`Error::Length`] unless the rows' bytes are exactly `seq * row_bytes`.
+/// [`ErrorDetail::Length`] unless the rows' bytes are exactly `seq * row_bytes`.
 fn check_len(
     segment: &Segment<()>,
     len: usize,
@@ -367,11 +371,12 @@ fn check_len(
     if got == expected {
         Ok(())
     } else {
-        Err(Error::Length {
+        Err(ErrorDetail::Length {
             at: at(),
             expected,
             got,
-        })
+        }
+        .into())
     }
 }
 
@@ -403,35 +408,39 @@ pub(super) fn merge(
     at: impl Fn() -> Location,
 ) -> Result<Merged, Error> {
     if prefill.form != decode.form {
-        return Err(Error::FormMismatch {
+        return Err(ErrorDetail::FormMismatch {
             at: at(),
             prefill: prefill.form,
             decode: decode.form,
-        });
+        }
+        .into());
     }
     let (p, d) = (&prefill.segment, &decode.segment);
     if p.shape() != d.shape() {
-        return Err(Error::RowShapeMismatch {
+        return Err(ErrorDetail::RowShapeMismatch {
             at: at(),
             prefill: p.shape().to_vec(),
             decode: d.shape().to_vec(),
-        });
+        }
+        .into());
     }
-    let dtype =
-        merged_dtype(prefill.form, p.dtype(), d.dtype()).ok_or_else(|| Error::DtypeMismatch {
+    let dtype = merged_dtype(prefill.form, p.dtype(), d.dtype()).ok_or_else(|| {
+        ErrorDetail::DtypeMismatch {
             at: at(),
             form: prefill.form,
             prefill: p.dtype(),
             decode: d.dtype(),
-        })?;
+        }
+    })?;
     anchor::check_pair(prefill.counts, decode.counts, &at)?;
     let cut = p.end();
     if !(d.pos() <= cut && cut <= d.end()) {
-        return Err(Error::Coverage {
+        return Err(ErrorDetail::Coverage {
             at: at(),
             cut,
             decode: d.positions(),
-        });
+        }
+        .into());
     }
     // Everything from the cut on; nothing when the decode ends at the cut.
     let skip = d
@@ -448,7 +457,9 @@ pub(super) fn merge(
 
     let header = match prefill.form {
         Form::Compact => Vec::new(),
-        Form::Npy => npy::header(dtype, &shape).map_err(|error| Error::Npy { at: at(), error })?,
+        Form::Npy => {
+            npy::header(dtype, &shape).map_err(|error| ErrorDetail::Npy { at: at(), error })?
+        }
     };
     let wide = usize::try_from(dtype.itemsize()).unwrap_or(8);
     let mut text = Encoder::new();

@@ -101,7 +101,7 @@ pub(crate) trait Format {
 
     /// The first rows of this kind in `decode`, as an error, when the
     /// prefill has none: the rows' own validation error, or else
-    /// [`Error::MissingPrefillField`].
+    /// [`ErrorDetail::MissingPrefillField`](crate::ErrorDetail::MissingPrefillField).
     fn first_orphan<'d, S: AsRef<str>, D: View<'d>>(spec: &Spec<'_, S>, decode: D)
         -> Option<Error>;
 

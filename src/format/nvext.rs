@@ -14,7 +14,7 @@
 //! choice's ([`Parsed`], [`merge`]); what is this format's own is only where
 //! they sit, once per response rather than per choice.
 
-use crate::error::{Error, Location, Side};
+use crate::error::{Error, ErrorDetail, Location, Side};
 use crate::response::fields::ROUTED_EXPERTS;
 use crate::response::patch::{Patch, Path};
 use crate::response::view::{Kind, View};
@@ -62,10 +62,11 @@ impl Format for Nvext {
         Some(
             match Parsed::parse(value, || Ok(None), || at(Side::Decode)) {
                 Err(err) => err,
-                Ok(_) => Error::MissingPrefillField {
+                Ok(_) => ErrorDetail::MissingPrefillField {
                     at: at(Side::Decode),
                     field: ROUTED_EXPERTS.to_owned(),
-                },
+                }
+                .into(),
             },
         )
     }
@@ -81,7 +82,8 @@ impl Format for Nvext {
         out: &mut Vec<Patch<P>>,
     ) -> Result<(), Error> {
         let decode_at = || at(Side::Decode);
-        let value = rows(decode).ok_or_else(|| Error::MissingDecodeRows { at: decode_at() })?;
+        let value =
+            rows(decode).ok_or_else(|| ErrorDetail::MissingDecodeRows { at: decode_at() })?;
         let rows = Parsed::parse(value, || Ok(None), decode_at)?;
         merge(&prefill.rows, &rows, decode_at)?.write(
             Path::ROOT.key(NVEXT).key(ROUTED_EXPERTS),

@@ -7,7 +7,7 @@
 //! ([`Stitcher::strict`](crate::Stitcher::strict)) therefore describes each
 //! choice's merged stitched segments as a [`Planned`] layout and runs the
 //! algebra's one layout rule, [`check_layout`], on each field; a violation is
-//! [`Error::Layout`], returned before anything is written, so the decode is
+//! [`ErrorDetail::Layout`], returned before anything is written, so the decode is
 //! untouched.
 //!
 //! Inline rows need nothing here: the inline merge already requires what the
@@ -15,7 +15,7 @@
 //! `(layers, topk)`, dtypes equal or unsigned: rules N3 and N5).
 
 use crate::algebra::{check_layout, Dtype, Rows};
-use crate::error::{Error, Location, Side};
+use crate::error::{Error, ErrorDetail, Location, Side};
 
 /// One choice's planned merged payload, as far as the layout rule cares: its
 /// stitched segments in merged-payload order. One buffer serves a whole
@@ -94,7 +94,7 @@ impl Planned {
 ///
 /// # Errors
 ///
-/// [`Error::Layout`] for the first field (in `fields` order) that breaks it.
+/// [`ErrorDetail::Layout`] for the first field (in `fields` order) that breaks it.
 ///
 /// `payload_at(side, choice)` is where a choice's payload is: the by-handle
 /// format's place, which it knows and this rule does not.
@@ -127,19 +127,14 @@ pub(crate) fn check<S: AsRef<str>>(
             Origin::Prefill(j) => payload_at(Side::Prefill, 0).index(j),
             Origin::Decode(j) => payload.clone().index(j),
         };
-        return Err(Error::Layout {
+        return Err(ErrorDetail::Layout {
             at: payload.clone(),
             field: field.as_ref().to_owned(),
-            problem: Box::new(problem.map_segments(|k| {
-                if k == a {
-                    first.index
-                } else {
-                    second.index
-                }
-            })),
-            first: Box::new(origin(first)),
-            second: Box::new(origin(second)),
-        });
+            problem: problem.map_segments(|k| if k == a { first.index } else { second.index }),
+            first: origin(first),
+            second: origin(second),
+        }
+        .into());
     }
     Ok(())
 }

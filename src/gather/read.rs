@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 
 use crate::algebra::{Dtype, Rows, Segment};
 use crate::codec::{Form, NpyError};
-use crate::error::{describe, Error, Location, Side};
+use crate::error::{describe, Error, ErrorDetail, Location, Side};
 use crate::format::by_handle::item_at;
 use crate::format::by_handle::{Keys, PAYLOAD};
 use crate::format::inline;
@@ -322,21 +322,21 @@ pub(super) fn choice_object(
     let choices = match response.get("choices") {
         Some(Value::Array(choices)) => choices,
         other => {
-            return Err(Error::Structure {
+            return Err(Error::from(ErrorDetail::Structure {
                 at: Location::root(Side::Response).key("choices"),
                 expected: "an array",
                 got: describe(other),
-            }
+            })
             .into())
         }
     };
     match choices.get(choice) {
         Some(Value::Object(object)) => Ok(object),
-        other => Err(Error::Structure {
+        other => Err(Error::from(ErrorDetail::Structure {
             at: choice_at(Side::Response, choice),
             expected: "an object",
             got: describe(other),
-        }
+        })
         .into()),
     }
 }
@@ -352,11 +352,11 @@ fn field_segments(
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Array(items)) => items,
         Some(other) => {
-            return Err(Error::Structure {
+            return Err(Error::from(ErrorDetail::Structure {
                 at: choice_at(Side::Response, index).key(PAYLOAD),
                 expected: "an array or null",
                 got: describe(Some(other)),
-            }
+            })
             .into())
         }
     };
@@ -382,11 +382,12 @@ pub(super) fn segments_of<'a>(
             .segment(&at)
             .and_then(|segment| match object.get("file") {
                 Some(Value::String(file)) => Ok(segment.map_file(|()| file.clone())),
-                other => Err(Error::Structure {
+                other => Err(ErrorDetail::Structure {
                     at: at().key("file"),
                     expected: "a file name",
                     got: describe(other),
-                }),
+                }
+                .into()),
             });
         Some((j, segment))
     })

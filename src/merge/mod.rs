@@ -18,7 +18,7 @@ pub(crate) mod value;
 
 pub(crate) use crate::format::Spec;
 
-use crate::error::{Error, Location, Side};
+use crate::error::{Error, ErrorDetail, Location, Side};
 use crate::format::stitch::Stitch;
 use crate::format::{All, Formats, Level};
 use crate::response::fields::DEFAULT_FIELDS;
@@ -68,11 +68,12 @@ where
         patches.reserve(2 * choices.size_hint().0);
         for (i, choice) in choices.enumerate() {
             if choice.kind() != Kind::Object {
-                return Err(Error::Structure {
+                return Err(ErrorDetail::Structure {
                     at: choice_at(Side::Decode, i),
                     expected: "an object",
                     got: choice.describe(),
-                });
+                }
+                .into());
             }
             All::plan_choice(&mut read, &spec, decode, choice, i, &mut patches)?;
         }
@@ -91,18 +92,20 @@ pub(crate) fn prefill_has_rows<'a, S: AsRef<str>, V: View<'a>>(fields: &[S], pre
 /// when there is something to merge.
 fn decode_choices<'d, D: View<'d>>(decode: D) -> Result<impl Iterator<Item = D> + 'd, Error> {
     if decode.kind() != Kind::Object {
-        return Err(Error::Structure {
+        return Err(ErrorDetail::Structure {
             at: Location::root(Side::Decode),
             expected: "an object",
             got: decode.describe(),
-        });
+        }
+        .into());
     }
     let choices = decode.get("choices");
-    choices
-        .and_then(View::elements)
-        .ok_or_else(|| Error::Structure {
+    choices.and_then(View::elements).ok_or_else(|| {
+        ErrorDetail::Structure {
             at: Location::root(Side::Decode).key("choices"),
             expected: "an array",
             got: describe_view(choices),
-        })
+        }
+        .into()
+    })
 }

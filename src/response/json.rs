@@ -2,10 +2,10 @@
 //! where.
 
 use crate::algebra::Dtype;
-use crate::error::{Error, Location, Side};
+use crate::error::{Error, ErrorDetail, Location, Side};
 use crate::response::view::{describe_view, Kind, View};
 
-/// A JSON integer in `0..=u64::MAX`, or [`Error::Integer`] at `at()`.
+/// A JSON integer in `0..=u64::MAX`, or [`ErrorDetail::Integer`] at `at()`.
 /// Inlined, with the error built out of line: three of these run for every
 /// payload segment, and the call cost as much as the check.
 #[inline(always)]
@@ -15,7 +15,7 @@ pub(crate) fn integer<'a, V: View<'a>>(
 ) -> Result<u64, Error> {
     match value.and_then(View::as_u64) {
         Some(n) => Ok(n),
-        None => Err(cold(|| Error::Integer {
+        None => Err(cold(|| ErrorDetail::Integer {
             at: at(),
             got: describe_view(value),
         })),
@@ -26,11 +26,11 @@ pub(crate) fn integer<'a, V: View<'a>>(
 /// inlined into every segment's validation, their errors are not.
 #[cold]
 #[inline(never)]
-fn cold(build: impl FnOnce() -> Error) -> Error {
-    build()
+fn cold(build: impl FnOnce() -> ErrorDetail) -> Error {
+    build().into()
 }
 
-/// A supported dtype name, or [`Error::Dtype`] at `at()`.
+/// A supported dtype name, or [`ErrorDetail::Dtype`] at `at()`.
 pub(crate) fn dtype<'a, V: View<'a>>(
     value: Option<V>,
     at: impl FnOnce() -> Location,
@@ -40,7 +40,7 @@ pub(crate) fn dtype<'a, V: View<'a>>(
         .and_then(|name| Dtype::from_name(&name))
     {
         Some(dtype) => Ok(dtype),
-        None => Err(cold(|| Error::Dtype {
+        None => Err(cold(|| ErrorDetail::Dtype {
             at: at(),
             got: describe_view(value),
         })),
@@ -48,8 +48,8 @@ pub(crate) fn dtype<'a, V: View<'a>>(
 }
 
 /// An array of JSON integers in `0..=u64::MAX`, of exactly `len` entries when
-/// `len` is given; [`Error::Structure`] at `at()` for anything but an array of
-/// that length, [`Error::Integer`] at `at()[k]` for a bad entry. Returns the
+/// `len` is given; [`ErrorDetail::Structure`] at `at()` for anything but an array of
+/// that length, [`ErrorDetail::Integer`] at `at()[k]` for a bad entry. Returns the
 /// validated array, so that [`dims`] can read it without copying.
 // Inlined into the segment's validation, which runs for every segment: left
 // to the compiler, whether it is inlined changes with unrelated code
@@ -61,10 +61,12 @@ pub(crate) fn shape<'a, V: View<'a>>(
     expected: &'static str,
     at: impl Fn() -> Location,
 ) -> Result<V, Error> {
-    let wrong = || Error::Structure {
-        at: at(),
-        expected,
-        got: describe_view(value),
+    let wrong = || {
+        Error::from(ErrorDetail::Structure {
+            at: at(),
+            expected,
+            got: describe_view(value),
+        })
     };
     let array = value
         .filter(|v| v.kind() == Kind::Array)

@@ -82,7 +82,7 @@ mod sse;
 mod tokens;
 
 use crate::bytes::{self, Doc, ScannedValue};
-use crate::error::{Error, Side};
+use crate::error::{Error, ErrorDetail, Side};
 use crate::format::end_anchored as anchor;
 use crate::format::stitch::Stitch;
 use crate::stitcher::Stitcher;
@@ -109,7 +109,7 @@ use tokens::Tokens;
 ///   a rows event is stitched, that event's data and its merge), so memory is
 ///   bounded by the largest event.
 /// - After an error it refuses every further call with
-///   [`Error::StreamClosed`]; what it appended until then is a prefix of what
+///   [`ErrorDetail::StreamClosed`]; what it appended until then is a prefix of what
 ///   the whole stream would have given.
 #[derive(Debug)]
 pub struct StreamStitcher {
@@ -176,7 +176,7 @@ impl StreamStitcher {
     ///
     /// # Errors
     ///
-    /// [`Error::Json`] (side prefill) when `prefill` is not JSON.
+    /// [`ErrorDetail::Json`] (side prefill) when `prefill` is not JSON.
     pub fn new(stitcher: Stitcher, prefill: impl Into<Vec<u8>>) -> Result<StreamStitcher, Error> {
         let mut stream = StreamStitcher::awaiting_prefill(stitcher);
         stream.take_prefill(prefill.into())?;
@@ -195,7 +195,7 @@ impl StreamStitcher {
     /// given, the stitcher is the one `new` would have made: the bytes out,
     /// over the whole stream, are the same whenever the prefill comes.
     /// [`finish`](StreamStitcher::finish) before the prefill is given is
-    /// [`Error::StreamPrefillMissing`].
+    /// [`ErrorDetail::StreamPrefillMissing`].
     ///
     /// ```
     /// use pd_stitch::{stream::StreamStitcher, Stitcher};
@@ -248,12 +248,12 @@ impl StreamStitcher {
     ///
     /// # Errors
     ///
-    /// - [`Error::Json`] (side prefill) when `prefill` is not JSON.
-    /// - [`Error::StreamPrefillRepeated`]: a prefill was given already (or
+    /// - [`ErrorDetail::Json`] (side prefill) when `prefill` is not JSON.
+    /// - [`ErrorDetail::StreamPrefillRepeated`]: a prefill was given already (or
     ///   to [`new`](StreamStitcher::new)).
     /// - The errors of [`feed`](StreamStitcher::feed), met by the events
     ///   that waited.
-    /// - [`Error::StreamClosed`]: the stitcher failed before, or was
+    /// - [`ErrorDetail::StreamClosed`]: the stitcher failed before, or was
     ///   finished.
     ///
     /// After an error the stitcher is failed, as after `feed`'s.
@@ -288,7 +288,7 @@ impl StreamStitcher {
     /// (tokens are then counted on), and whether it holds a line break.
     fn take_prefill(&mut self, prefill: Vec<u8>) -> Result<(), Error> {
         if self.prefill.is_some() {
-            return Err(Error::StreamPrefillRepeated {});
+            return Err(ErrorDetail::StreamPrefillRepeated {}.into());
         }
         let doc = bytes::scan(Side::Prefill, &prefill)?;
         let counted = anchor::counted_prefill(ScannedValue::root(&doc));
@@ -311,13 +311,13 @@ impl StreamStitcher {
     ///
     /// # Errors
     ///
-    /// - [`Error::StreamEvent`]: an event that carries rows failed to stitch
+    /// - [`ErrorDetail::StreamEvent`]: an event that carries rows failed to stitch
     ///   (the merge's error inside, at its place in the event's data).
-    /// - [`Error::StreamRowsRepeated`]: a second event with rows for a
+    /// - [`ErrorDetail::StreamRowsRepeated`]: a second event with rows for a
     ///   choice that already had them.
-    /// - [`Error::StreamUnstitched`]: an event carries rows the merge does
+    /// - [`ErrorDetail::StreamUnstitched`]: an event carries rows the merge does
     ///   not stitch.
-    /// - [`Error::StreamClosed`]: the stitcher failed before, or was
+    /// - [`ErrorDetail::StreamClosed`]: the stitcher failed before, or was
     ///   finished.
     ///
     /// On error nothing of the failing event has been appended; events
@@ -337,30 +337,30 @@ impl StreamStitcher {
     ///
     /// # Errors
     ///
-    /// - [`Error::StreamUnfinished`]: the stream ended inside an event that
+    /// - [`ErrorDetail::StreamUnfinished`]: the stream ended inside an event that
     ///   may carry rows (by the prefilter of the [module](self)): the rows
     ///   could not be stitched. Nothing of it is appended.
-    /// - [`Error::StreamPrefillMissing`]: a stitcher made by
+    /// - [`ErrorDetail::StreamPrefillMissing`]: a stitcher made by
     ///   [`awaiting_prefill`](StreamStitcher::awaiting_prefill) was never
     ///   given the prefill. What waited for it is not appended.
-    /// - [`Error::StreamClosed`]: the stitcher failed before, or was
+    /// - [`ErrorDetail::StreamClosed`]: the stitcher failed before, or was
     ///   finished.
     pub fn finish(&mut self, out: &mut Vec<u8>) -> Result<(), Error> {
         self.check_open()?;
         if self.prefill.is_none() {
-            let err = Error::StreamPrefillMissing {
+            let err = ErrorDetail::StreamPrefillMissing {
                 held: (self.held.len() + self.pending.len()) as u64,
             };
             self.fail();
-            return Err(err);
+            return Err(err.into());
         }
         if may_carry_rows(&self.pending) {
-            let err = Error::StreamUnfinished {
+            let err = ErrorDetail::StreamUnfinished {
                 offset: self.offset,
                 len: self.pending.len() as u64,
             };
             self.fail();
-            return Err(err);
+            return Err(err.into());
         }
         out.extend_from_slice(&self.pending);
         self.offset += self.pending.len() as u64;
@@ -405,8 +405,8 @@ impl StreamStitcher {
     fn check_open(&self) -> Result<(), Error> {
         match self.state {
             State::Open => Ok(()),
-            State::Failed => Err(Error::StreamClosed { failed: true }),
-            State::Finished => Err(Error::StreamClosed { failed: false }),
+            State::Failed => Err(ErrorDetail::StreamClosed { failed: true }.into()),
+            State::Finished => Err(ErrorDetail::StreamClosed { failed: false }.into()),
         }
     }
 
@@ -661,12 +661,13 @@ impl StreamStitcher {
         };
         for &slot in &slots {
             if let Some(&(_, first)) = self.seen.iter().find(|(s, _)| *s == slot) {
-                return Err(Error::StreamRowsRepeated {
+                return Err(ErrorDetail::StreamRowsRepeated {
                     event: number,
                     offset,
                     first_event: first,
                     slot: slot.to_string(),
-                });
+                }
+                .into());
             }
         }
         // Text known to hold no line break: the prefill's, when it has none.
@@ -699,16 +700,17 @@ impl StreamStitcher {
                 Some(merged)
             }
         })
-        .map_err(|error| Error::StreamEvent {
+        .map_err(|error| ErrorDetail::StreamEvent {
             event: number,
             offset,
-            error: Box::new(error),
+            error,
         })?;
         let Some(merged) = merged else {
-            return Err(Error::StreamUnstitched {
+            return Err(ErrorDetail::StreamUnstitched {
                 event: number,
                 offset,
-            });
+            }
+            .into());
         };
         if let Some(merged) = merged {
             reframe(event, &merged, out);

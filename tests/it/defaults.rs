@@ -135,7 +135,7 @@ fn weights_without_the_prompts_weights_are_refused_by_default() {
     let before = decode.clone();
     let err = pd_stitch::merge_routed_experts_for_pd(&prefill, &mut decode).unwrap_err();
     assert!(
-        matches!(&err, pd_stitch::Error::MissingPrefillField { field, .. } if field == ROUTED_EXPERT_WEIGHTS),
+        matches!(err.detail(), pd_stitch::ErrorDetail::MissingPrefillField { field, .. } if field == ROUTED_EXPERT_WEIGHTS),
         "{err}"
     );
     assert_eq!(decode, before);

@@ -11,7 +11,7 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use pd_stitch::{
     merge_routed_experts_for_pd, merge_routed_experts_in_json, merge_routed_payload_in_json,
-    Base64Error, Error, Form, NpyError, Stitcher,
+    Base64Error, Error, ErrorDetail, Form, NpyError, Stitcher,
 };
 use proptest::prelude::*;
 use serde_json::{json, Value};
@@ -702,8 +702,8 @@ fn i3_arrays_that_are_not_rows_are_refused() {
         let (prefill, decode) = npy_pair(&fixture("u1_3x2x4.npy"), &fixture(name));
         let mut after = decode.clone();
         let err = merge_routed_experts_in_json(&prefill, &mut after).unwrap_err();
-        match &err {
-            Error::Npy { error, .. } => assert_eq!(error, &expected, "{name}"),
+        match err.detail() {
+            ErrorDetail::Npy { error, .. } => assert_eq!(error, &expected, "{name}"),
             other => panic!("{name}: expected an npy error, got {other:?}"),
         }
         assert_eq!(
@@ -788,8 +788,8 @@ fn form_and_presence_rules() {
     let err = merge_routed_experts_in_json(&p, &mut d).unwrap_err();
     assert_eq!(err.to_string(), "decode choices[0].routed_experts: rows are npy (a string) but the prefill's are compact (an object)");
     assert!(matches!(
-        err,
-        Error::FormMismatch {
+        err.detail(),
+        ErrorDetail::FormMismatch {
             prefill: Form::Compact,
             decode: Form::Npy,
             ..
@@ -803,8 +803,8 @@ fn form_and_presence_rules() {
     .unwrap_err();
     assert_eq!(err.to_string(), "prefill choices[0].routed_experts: invalid base64: character '@' at 0 is not in the standard alphabet");
     assert!(matches!(
-        err,
-        Error::Base64 {
+        err.detail(),
+        ErrorDetail::Base64 {
             error: Base64Error::Character { at: 0, byte: b'@' },
             ..
         }

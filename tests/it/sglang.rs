@@ -11,7 +11,7 @@ use base64::Engine;
 use pd_stitch::algebra::PositionProblem;
 use pd_stitch::{
     merge_routed_experts_for_pd, merge_routed_experts_in_json, merge_routed_payload_in_json,
-    prefill_has_routed_experts, Error, ErrorKind, Stitch, Stitcher,
+    prefill_has_routed_experts, Error, ErrorDetail, ErrorKind, Stitch, Stitcher,
 };
 use proptest::prelude::*;
 use serde_json::{json, Value};
@@ -245,7 +245,7 @@ proptest! {
             Err(err) => {
                 prop_assert!(r.ambiguous(sh), "{r:?} {sh:?}: {err}");
                 prop_assert!(
-                    matches!(&err, Error::Positions { problem: PositionProblem::Ambiguous { .. }, .. }),
+                    matches!(err.detail(), ErrorDetail::Positions { problem: PositionProblem::Ambiguous { .. }, .. }),
                     "{err}"
                 );
             }
@@ -450,8 +450,8 @@ fn openai_many_choices_is_refused() {
         assert!(at.starts_with("decode "), "{at}");
         assert!(
             matches!(
-                err,
-                Error::Positions {
+                err.detail(),
+                ErrorDetail::Positions {
                     problem: PositionProblem::ManyChoices { choices: 2, .. },
                     ..
                 }

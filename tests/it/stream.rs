@@ -7,7 +7,7 @@
 use pd_stitch::stream::StreamStitcher;
 use pd_stitch::testing::stream::{events, streams, verify_streamed, Framing, StreamCase};
 use pd_stitch::testing::Knobs;
-use pd_stitch::{Error, ErrorKind, Stitch, Stitcher};
+use pd_stitch::{Error, ErrorDetail, ErrorKind, Stitch, Stitcher};
 use proptest::prelude::*;
 
 /// The generated streams' knobs (shared with `stream_late`).
@@ -148,8 +148,8 @@ proptest! {
             faulted(&case, fault, pick.index(case.rows_events.len()));
         if fault == 0 {
             let (out, result) = run(&prefill, stream.chunks(7));
-            match result {
-                Err(Error::StreamEvent { error, .. }) => {
+            match result.map_err(Error::into_detail) {
+                Err(ErrorDetail::StreamEvent { error, .. }) => {
                     prop_assert_eq!(error.kind(), ErrorKind::MissingPrefillField);
                 }
                 other => prop_assert!(false, "{:?}", other),
@@ -176,7 +176,7 @@ proptest! {
             prop_assert!(stitcher.finish(&mut sink).is_err());
         }
         let refused = stitcher.feed(b"data: x\n\n", &mut sink);
-        prop_assert!(matches!(refused, Err(Error::StreamClosed { failed: true, .. })), "{:?}", refused);
+        prop_assert!(matches!(refused.as_ref().map_err(Error::detail), Err(ErrorDetail::StreamClosed { failed: true, .. })), "{:?}", refused);
     }
 }
 
@@ -254,8 +254,8 @@ fn a_rows_event_that_fails_names_the_event_and_the_inner_error() {
     let mut event = bad.to_vec();
     event.extend_from_slice(b"\n\n");
     let err = stitcher.feed(&event, &mut out).unwrap_err();
-    match &err {
-        Error::StreamEvent {
+    match err.detail() {
+        ErrorDetail::StreamEvent {
             event,
             offset,
             error,
@@ -279,8 +279,8 @@ fn a_rows_event_that_fails_names_the_event_and_the_inner_error() {
     );
     assert_eq!(out, b"data: {\"choices\": [{\"index\": 0}]}\n\n");
     assert!(matches!(
-        stitcher.finish(&mut out),
-        Err(Error::StreamClosed { failed: true, .. })
+        stitcher.finish(&mut out).map_err(Error::into_detail),
+        Err(ErrorDetail::StreamClosed { failed: true, .. })
     ));
 }
 
@@ -315,8 +315,8 @@ fn a_stream_that_ends_inside_a_rows_event_is_an_error_and_other_ends_pass() {
     let err = stitcher.finish(&mut out).unwrap_err();
     assert!(
         matches!(
-            err,
-            Error::StreamUnfinished {
+            err.detail(),
+            ErrorDetail::StreamUnfinished {
                 offset: 14,
                 len: 60,
                 ..
@@ -333,8 +333,8 @@ fn a_stream_that_ends_inside_a_rows_event_is_an_error_and_other_ends_pass() {
     stitcher.finish(&mut out).unwrap();
     assert_eq!(out, b"data: [DONE]\n");
     assert!(matches!(
-        stitcher.feed(b"x", &mut out),
-        Err(Error::StreamClosed { failed: false, .. })
+        stitcher.feed(b"x", &mut out).map_err(Error::into_detail),
+        Err(ErrorDetail::StreamClosed { failed: false, .. })
     ));
 }
 
@@ -445,7 +445,7 @@ fn a_streamed_item_of_an_sglang_batch_is_refused_not_misplaced() {
     let (out, result) = run(prefill, [before, event]);
     let err = result.expect_err("an item of a batch is not placed");
     assert_eq!(err.kind(), ErrorKind::StreamEvent, "{err}");
-    let Error::StreamEvent { error, .. } = &err else {
+    let ErrorDetail::StreamEvent { error, .. } = err.detail() else {
         unreachable!("the kind says so")
     };
     assert_eq!(error.kind(), ErrorKind::Structure, "{err}");
@@ -555,8 +555,8 @@ fn errors_after_every_framing_case_name_the_event_and_its_offset() {
     cut_short.extend_from_slice(&ROWS[..60]);
     for i in 0..=repeated.len() {
         let (out, result) = run(&prefill(), [&repeated[..i], &repeated[i..]]);
-        match result {
-            Err(Error::StreamRowsRepeated {
+        match result.map_err(Error::into_detail) {
+            Err(ErrorDetail::StreamRowsRepeated {
                 event: 7,
                 offset: 185,
                 first_event: 5,
@@ -568,8 +568,8 @@ fn errors_after_every_framing_case_name_the_event_and_its_offset() {
     }
     for i in 0..=cut_short.len() {
         let (out, result) = run(&prefill(), [&cut_short[..i], &cut_short[i..]]);
-        match result {
-            Err(Error::StreamUnfinished {
+        match result.map_err(Error::into_detail) {
+            Err(ErrorDetail::StreamUnfinished {
                 offset: 185,
                 len: 60,
                 ..
@@ -972,10 +972,10 @@ fn a_decode_npy_beside_a_compact_prefill_fails_on_the_forms_as_the_whole_does() 
         .merge(&prefill_value, &mut whole, Stitch::ForPd)
         .unwrap_err();
     assert_eq!(whole_error.kind(), ErrorKind::FormMismatch);
-    match result {
-        Err(Error::StreamEvent { event, error, .. }) => {
+    match result.map_err(Error::into_detail) {
+        Err(ErrorDetail::StreamEvent { event, error, .. }) => {
             assert_eq!(event, 1);
-            assert_eq!(*error, whole_error);
+            assert_eq!(error, whole_error);
         }
         other => panic!("expected the rows event to fail on the forms, got {other:?}"),
     }

@@ -8,7 +8,7 @@
 use crate::stream::{faulted, knobs, Faulted};
 use pd_stitch::stream::StreamStitcher;
 use pd_stitch::testing::stream::{events, streams, Framing, StreamCase};
-use pd_stitch::{Error, ErrorKind, Stitcher};
+use pd_stitch::{Error, ErrorDetail, ErrorKind, Stitcher};
 use proptest::prelude::*;
 use serde_json::Value;
 
@@ -120,7 +120,7 @@ proptest! {
 /// Whether `result` is the refusal of a stitcher that failed (or was
 /// finished, `failed` false).
 fn closed(result: &Result<(), Error>, failed: bool) -> bool {
-    matches!(result, Err(Error::StreamClosed { failed: f, .. }) if *f == failed)
+    matches!(result.as_ref().map_err(Error::detail), Err(ErrorDetail::StreamClosed { failed: f, .. }) if *f == failed)
 }
 
 fn prefill() -> Vec<u8> {
@@ -145,7 +145,7 @@ fn a_prefill_that_never_comes_is_an_error_at_finish_and_nothing_waiting_goes_out
     let err = stream.finish(&mut out).unwrap_err();
     let waited = (ROWS.len() + TOKEN.len() + 6) as u64;
     assert!(
-        matches!(err, Error::StreamPrefillMissing { held, .. } if held == waited),
+        matches!(err.detail(), ErrorDetail::StreamPrefillMissing { held, .. } if *held == waited),
         "{err:?}"
     );
     assert_eq!(err.kind(), ErrorKind::StreamPrefillMissing);
@@ -164,7 +164,10 @@ fn a_stream_without_rows_still_needs_its_prefill_at_finish() {
     assert_eq!(out, [TOKEN, DONE].concat());
     let end = stream.finish(&mut out);
     assert!(
-        matches!(end, Err(Error::StreamPrefillMissing { held: 0, .. })),
+        matches!(
+            end.as_ref().map_err(Error::detail),
+            Err(ErrorDetail::StreamPrefillMissing { held: 0, .. })
+        ),
         "{end:?}"
     );
     // Given, the same stream finishes.
@@ -184,7 +187,7 @@ fn a_prefill_given_twice_is_refused_and_closes_the_stitcher() {
     stream.give_prefill(prefill(), &mut out).unwrap();
     let err = stream.give_prefill(prefill(), &mut out).unwrap_err();
     assert!(
-        matches!(err, Error::StreamPrefillRepeated { .. }),
+        matches!(err.detail(), ErrorDetail::StreamPrefillRepeated { .. }),
         "{err:?}"
     );
     assert_eq!(err.kind(), ErrorKind::StreamPrefillRepeated);
@@ -194,7 +197,10 @@ fn a_prefill_given_twice_is_refused_and_closes_the_stitcher() {
     let mut stream = StreamStitcher::new(Stitcher::new(), prefill()).unwrap();
     let again = stream.give_prefill(prefill(), &mut out);
     assert!(
-        matches!(again, Err(Error::StreamPrefillRepeated { .. })),
+        matches!(
+            again.as_ref().map_err(Error::detail),
+            Err(ErrorDetail::StreamPrefillRepeated { .. })
+        ),
         "{again:?}"
     );
     assert!(out.is_empty());

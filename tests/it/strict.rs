@@ -5,7 +5,7 @@
 //!   exactly what the plain merge gives.
 //! - **S-refuse**: one fault injected into a decode choice's kept segments (a
 //!   gap, a row shape changed, a float dtype among integers) still merges
-//!   plainly, but strictly it is `Error::Layout` at that choice's payload,
+//!   plainly, but strictly it is `ErrorDetail::Layout` at that choice's payload,
 //!   naming the segments a position-by-position model finds on the plainly
 //!   merged payload, and the decode is untouched; an overlap or two segments
 //!   swapped, which the trainer reads right (later segments win, positions
@@ -17,7 +17,7 @@
 
 use crate::support::*;
 use pd_stitch::algebra::LayoutProblem;
-use pd_stitch::{Error, Stitcher};
+use pd_stitch::{Error, ErrorDetail, Stitcher};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
@@ -232,7 +232,7 @@ proptest! {
         }
     }
 
-    /// S-refuse: each injected fault is `Error::Layout` at the faulty
+    /// S-refuse: each injected fault is `ErrorDetail::Layout` at the faulty
     /// choice, naming the segments the trainer's reading finds, and the
     /// decode is untouched; the plain merge lets it through.
     #[test]
@@ -270,8 +270,8 @@ proptest! {
         }
         let err = Stitcher::new().strict().merge(&prefill, &mut strict, pd_stitch::Stitch::ForPd);
         prop_assert_eq!(&strict, &decode, "the decode is untouched");
-        match err {
-            Err(Error::Layout { at, field, problem, .. }) => {
+        match err.map_err(Error::into_detail) {
+            Err(ErrorDetail::Layout { at, field, problem, .. }) => {
                 prop_assert_eq!(at.to_string(), format!("decode choices[{c}].payload"));
                 prop_assert_eq!(field, RE);
                 prop_assert_eq!(kind(&problem), want_kind);
@@ -348,12 +348,12 @@ fn a_gap_reads_as_it_is() {
          segment 3 starts at 5 but segment 2 ends at 4: positions [4, 5) are missing \
          (segment 2 is decode choices[1].payload[1], segment 3 is decode choices[1].payload[2])"
     );
-    let Error::Layout {
+    let ErrorDetail::Layout {
         problem,
         first,
         second,
         ..
-    } = err
+    } = err.detail()
     else {
         panic!("{err:?}");
     };
@@ -386,19 +386,19 @@ fn strict_checks_every_stitched_field_and_names_prefill_segments() {
         .merge(&prefill, &mut decode, pd_stitch::Stitch::Payload)
         .unwrap_err();
     assert_eq!(decode, before);
-    let Error::Layout {
+    let ErrorDetail::Layout {
         field,
         problem,
         first,
         ..
-    } = &err
+    } = err.detail()
     else {
         panic!("{err:?}");
     };
     assert_eq!(field, "routed_expert_weights");
     assert!(
         matches!(
-            **problem,
+            problem,
             LayoutProblem::Dtype {
                 first: 0,
                 second: 1,

@@ -10,7 +10,7 @@ use crate::support::{npy_read, npy_write};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use pd_stitch::algebra::PositionProblem;
-use pd_stitch::{Error, ErrorKind, Stitcher};
+use pd_stitch::{Error, ErrorDetail, ErrorKind, Stitcher};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
@@ -129,8 +129,8 @@ fn read(merged: &Value, c: usize) -> (u64, Vec<u8>) {
 }
 
 fn positions(err: &Error) -> &PositionProblem {
-    match err {
-        Error::Positions { problem, .. } => problem,
+    match err.detail() {
+        ErrorDetail::Positions { problem, .. } => problem,
         other => panic!("not a Positions error: {other}"),
     }
 }

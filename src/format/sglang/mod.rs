@@ -19,7 +19,7 @@ pub(crate) use crate::algebra::PositionProblem;
 use crate::algebra::Rows;
 use crate::codec::base64::Base64;
 use crate::codec::text::{Encoder, Text, DECODE, PREFILL};
-use crate::error::{Error, Location, Side};
+use crate::error::{Error, ErrorDetail, Location, Side};
 use crate::response::fields::ROUTED_EXPERTS;
 use crate::response::json;
 use crate::response::view::{Kind, View};
@@ -204,15 +204,16 @@ fn parse<'v, V: View<'v>>(
     let text = match value.as_bytes() {
         Some(text) => text,
         None => {
-            return Err(Error::Structure {
+            return Err(ErrorDetail::Structure {
                 at: at(),
                 expected: "a base64 string",
                 got: value.describe(),
-            })
+            }
+            .into())
         }
     };
     let decoded_len = Base64::parse_counted(&text, value.alphabet_prefix())
-        .map_err(|error| Error::Base64 { at: at(), error })?
+        .map_err(|error| ErrorDetail::Base64 { at: at(), error })?
         .decoded_len();
     let counts = slot.counts(response);
     let count =
@@ -226,10 +227,11 @@ fn parse<'v, V: View<'v>>(
             .and_then(View::elements)
             .map_or(0, Iterator::count);
         if choices != 1 {
-            return Err(Error::Positions {
+            return Err(ErrorDetail::Positions {
                 at: at(),
                 problem: PositionProblem::ManyChoices { choices },
-            });
+            }
+            .into());
         }
     }
     Ok(SlotRows {
@@ -331,19 +333,21 @@ impl<'p, P: View<'p>> Prefill<'p, P> {
                 let len = (decode.kind() == Kind::Array)
                     .then(|| decode.elements().map_or(0, Iterator::count));
                 if len != Some(n) {
-                    return Err(Error::Structure {
+                    return Err(ErrorDetail::Structure {
                         at: decode_root(),
                         expected: "an array of as many outputs as the prefill's",
                         got: decode.describe(),
-                    });
+                    }
+                    .into());
                 }
             }
             None if decode.kind() != Kind::Object => {
-                return Err(Error::Structure {
+                return Err(ErrorDetail::Structure {
                     at: decode_root(),
                     expected: "an object, as the prefill's response is",
                     got: decode.describe(),
-                })
+                }
+                .into())
             }
             None => {}
         }
@@ -357,7 +361,7 @@ impl<'p, P: View<'p>> Prefill<'p, P> {
                     },
                     |(slot, _)| *slot,
                 );
-                Error::Positions {
+                ErrorDetail::Positions {
                     at: slot.rows_at(Side::Decode),
                     problem,
                 }
@@ -373,9 +377,10 @@ impl<'p, P: View<'p>> Prefill<'p, P> {
                     return Err(orphan(slot));
                 }
                 (Some(_), None) => {
-                    return Err(Error::MissingDecodeRows {
+                    return Err(ErrorDetail::MissingDecodeRows {
                         at: slot.rows_at(Side::Decode),
-                    })
+                    }
+                    .into())
                 }
                 (Some(prefill), Some(value)) => {
                     let rows = parse(decode, slot, Side::Decode, value)?;
@@ -391,16 +396,17 @@ impl<'p, P: View<'p>> Prefill<'p, P> {
     }
 }
 
-/// [`Error::MissingPrefillField`] for decode rows in `slot`.
+/// [`ErrorDetail::MissingPrefillField`] for decode rows in `slot`.
 fn orphan(slot: Slot) -> Error {
-    Error::MissingPrefillField {
+    ErrorDetail::MissingPrefillField {
         at: slot.rows_at(Side::Decode),
         field: ROUTED_EXPERTS.to_owned(),
     }
+    .into()
 }
 
 /// The first decode slot with rows, as an error, when the prefill has none:
-/// its own validation error, or else [`Error::MissingPrefillField`].
+/// its own validation error, or else [`ErrorDetail::MissingPrefillField`].
 fn first_orphan<'d, D: View<'d>>(decode: D) -> Option<Error> {
     slots(decode).into_iter().find_map(|slot| {
         let value = slot.present(decode)?;
@@ -421,7 +427,7 @@ fn merge(
 ) -> Result<Text, Error> {
     let solution =
         solve::solve(prefill.facts, decode.facts, width).map_err(|fault| match fault {
-            Fault::Positions(side, which, problem) => Error::Positions {
+            Fault::Positions(side, which, problem) => ErrorDetail::Positions {
                 at: match which {
                     Which::Rows => slot.rows_at(side),
                     Which::Prompt => slot.count_at(side, PROMPT),
@@ -429,7 +435,7 @@ fn merge(
                 },
                 problem,
             },
-            Fault::Coverage { cut, start, end } => Error::Coverage {
+            Fault::Coverage { cut, start, end } => ErrorDetail::Coverage {
                 at: slot.rows_at(Side::Decode),
                 cut,
                 // start <= end: the decode's rows end at `end`.
@@ -495,9 +501,11 @@ pub fn read_rows(
     };
     let value = slot.present(response).unwrap_or(&serde_json::Value::Null);
     let rows = parse(response, slot, side, value)?;
-    let positions_error = |problem| Error::Positions {
-        at: slot.rows_at(side),
-        problem,
+    let positions_error = |problem| {
+        Error::from(ErrorDetail::Positions {
+            at: slot.rows_at(side),
+            problem,
+        })
     };
     let w = solve::width(layers, top_k).map_err(positions_error)?;
     let facts = rows.facts;
@@ -505,7 +513,7 @@ pub fn read_rows(
         .prompt
         .checked_add(facts.completion)
         .and_then(|n| n.checked_sub(1))
-        .ok_or_else(|| Error::Positions {
+        .ok_or_else(|| ErrorDetail::Positions {
             at: slot.count_at(side, COMPLETION),
             problem: PositionProblem::Counts {
                 prompt: facts.prompt,

@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use super::model::{mix, responses_from, Api, Draw, Shape, SlotPool};
 use crate::algebra::{Convention, PositionProblem};
-use crate::{Error, Stitch, Stitcher};
+use crate::{Error, ErrorDetail, Stitch, Stitcher};
 
 /// One simulated SGLang request: an API, a row shape, and one draw per
 /// output (a `/generate` batch has up to 3).
@@ -255,7 +255,7 @@ pub fn run(
                     .push(format!("{label}: not stitched: {other:?}")),
             }
             let mut bare = d.clone();
-            match merge(&Stitcher::new(), &p, &mut bare) {
+            match merge(&Stitcher::new(), &p, &mut bare).map_err(Error::into_detail) {
                 Ok(true) => {
                     if serde_json::from_slice::<Value>(&bare).ok().as_ref() == Some(&r.colocated) {
                         summary.determined += 1;
@@ -265,7 +265,7 @@ pub fn run(
                         ));
                     }
                 }
-                Err(Error::Positions {
+                Err(ErrorDetail::Positions {
                     problem: PositionProblem::Ambiguous { .. },
                     ..
                 }) => summary.ambiguous += 1,

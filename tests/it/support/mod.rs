@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use base64::Engine;
-use pd_stitch::Error;
+use pd_stitch::{Error, ErrorDetail};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};
 use serde_json::{json, Map, Value};
@@ -195,20 +195,20 @@ impl Pair {
 
 /// The name of an error's variant, to compare with what a test expects.
 pub fn variant(err: &Error) -> &'static str {
-    match err {
-        Error::Structure { .. } => "Structure",
-        Error::Integer { .. } => "Integer",
-        Error::Dtype { .. } => "Dtype",
-        Error::Overflow { .. } => "Overflow",
-        Error::MissingPrefillField { .. } => "MissingPrefillField",
-        Error::MissingDecodeRows { .. } => "MissingDecodeRows",
-        Error::Base64 { .. } => "Base64",
-        Error::Npy { .. } => "Npy",
-        Error::Length { .. } => "Length",
-        Error::FormMismatch { .. } => "FormMismatch",
-        Error::RowShapeMismatch { .. } => "RowShapeMismatch",
-        Error::DtypeMismatch { .. } => "DtypeMismatch",
-        Error::Coverage { .. } => "Coverage",
+    match err.detail() {
+        ErrorDetail::Structure { .. } => "Structure",
+        ErrorDetail::Integer { .. } => "Integer",
+        ErrorDetail::Dtype { .. } => "Dtype",
+        ErrorDetail::Overflow { .. } => "Overflow",
+        ErrorDetail::MissingPrefillField { .. } => "MissingPrefillField",
+        ErrorDetail::MissingDecodeRows { .. } => "MissingDecodeRows",
+        ErrorDetail::Base64 { .. } => "Base64",
+        ErrorDetail::Npy { .. } => "Npy",
+        ErrorDetail::Length { .. } => "Length",
+        ErrorDetail::FormMismatch { .. } => "FormMismatch",
+        ErrorDetail::RowShapeMismatch { .. } => "RowShapeMismatch",
+        ErrorDetail::DtypeMismatch { .. } => "DtypeMismatch",
+        ErrorDetail::Coverage { .. } => "Coverage",
         _ => "unknown",
     }
 }
