@@ -127,10 +127,13 @@ pub(crate) fn place(
     held: Option<(Dtype, &[u64])>,
 ) -> Result<Placement, EpisodeError> {
     let owner = Owner::Turn(index);
+    let asked = turn.start().unwrap_or(0);
+    if turn.pieces().is_empty() {
+        return Err(EpisodeError::NoPieces { turn: index, asked });
+    }
     let prompt = turn.prompt().len() as u64;
     // The caller refused an empty completion, so `end >= prompt`.
     let end = (prompt + turn.completion().len() as u64).saturating_sub(1);
-    let asked = turn.start().unwrap_or(0);
     let mut format = held.map(|(dtype, shape)| (dtype, shape.to_vec()));
     let mut taken: Vec<Rows> = Vec::with_capacity(turn.pieces().len());
     let mut runs = Vec::new();
