@@ -254,6 +254,10 @@ impl Episode {
     fn walk(&mut self, turn: &Turn) {
         self.path.clear();
         self.rowless.clear();
+        // As long as the turn, not twice that: the path is scratch beside
+        // the output, and memory is the output and one turn.
+        self.path
+            .reserve_exact(turn.prompt().len() + turn.completion().len());
         let mut child = self.root_child;
         for &token in turn.prompt().iter().chain(turn.completion()) {
             let mut node = child;

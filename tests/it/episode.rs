@@ -412,7 +412,12 @@ fn observed(episode: &Episode) -> (Vec<Option<Assembled>>, Vec<String>, Option<D
 /// Pushes `turn` onto `episode`, expecting `kind` with `message`; the
 /// episode must be as it was, and must then take a valid next turn exactly
 /// as a copy that never saw the error does.
-fn refused(episode: &mut Episode, turn: Turn, kind: EpisodeErrorKind, message: &str) -> EpisodeError {
+fn refused(
+    episode: &mut Episode,
+    turn: Turn,
+    kind: EpisodeErrorKind,
+    message: &str,
+) -> EpisodeError {
     let before = observed(episode);
     let untouched = episode.clone();
     let err = episode.push(turn).unwrap_err();
@@ -441,7 +446,10 @@ fn no_completion() {
         "turn 1: position 5: no completion token: a turn's rows end before its last \
          completion token, so it needs one",
     );
-    assert_eq!((err.owner(), err.position()), (Some(Owner::Turn(1)), Some(5)));
+    assert_eq!(
+        (err.owner(), err.position()),
+        (Some(Owner::Turn(1)), Some(5))
+    );
     let err = Episode::default()
         .push(Turn::new(vec![1], vec![]).with_piece(ones(1, 1)))
         .unwrap_err();
@@ -494,7 +502,11 @@ fn start_beyond_prefix() {
     );
     assert_eq!(err.position(), Some(6));
     let err = Episode::default()
-        .push(Turn::new(vec![1, 2], vec![3]).with_start(1).with_piece(ones(0, 1)))
+        .push(
+            Turn::new(vec![1, 2], vec![3])
+                .with_start(1)
+                .with_piece(ones(0, 1)),
+        )
         .unwrap_err();
     assert_eq!(
         err.to_string(),
@@ -665,7 +677,11 @@ fn piece_dtype() {
     let turn = |dtype: Dtype| {
         Turn::new(vec![1, 2, 3, 4, 5, 6], vec![7])
             .with_start(4)
-            .with_piece(RowPiece::whole(dtype, vec![1], vec![0; 2 * dtype.itemsize() as usize]))
+            .with_piece(RowPiece::whole(
+                dtype,
+                vec![1],
+                vec![0; 2 * dtype.itemsize() as usize],
+            ))
     };
     let tail = "(integers widen as NumPy promotes them, floats likewise; integers and floats, \
                 bool and another dtype, or uint64 and a signed integer do not mix)";
@@ -683,8 +699,11 @@ fn piece_dtype() {
     // uint64 and int64: NumPy makes float64.
     let mut wide = Episode::default();
     wide.push(
-        Turn::new(vec![1, 2, 3], vec![4, 5])
-            .with_piece(RowPiece::whole(Dtype::Uint64, vec![1], vec![0; 32])),
+        Turn::new(vec![1, 2, 3], vec![4, 5]).with_piece(RowPiece::whole(
+            Dtype::Uint64,
+            vec![1],
+            vec![0; 32],
+        )),
     )
     .unwrap();
     refused(
@@ -897,7 +916,10 @@ fn earliest_keeps_the_first_row_and_latest_the_last() {
     assert_eq!(latest.source(3), source(1, Phase::Prefill));
     for assembled in [&earliest, &latest] {
         let report = &assembled.turns()[1];
-        assert_eq!((report.compared, &report.differed[..]), (4, &[0, 1, 2, 3][..]));
+        assert_eq!(
+            (report.compared, &report.differed[..]),
+            (4, &[0, 1, 2, 3][..])
+        );
         assert_eq!((report.continues, report.common), (Some(0), 5));
     }
     assert_eq!(earliest.turns()[1].written, 2);
@@ -926,7 +948,16 @@ fn the_boundary_takes_the_next_turns_row() {
     let assembled = episode.assemble(1).unwrap();
     assert_eq!(
         row_bytes(&assembled),
-        [Some(0), Some(0), Some(0), Some(0), Some(40), Some(50), Some(60), None]
+        [
+            Some(0),
+            Some(0),
+            Some(0),
+            Some(0),
+            Some(40),
+            Some(50),
+            Some(60),
+            None
+        ]
     );
     assert_eq!(assembled.source(4), source(1, Phase::Prefill));
     assert_eq!(assembled.source(6), source(1, Phase::Decode));
@@ -954,7 +985,10 @@ fn rows_are_placed_from_the_counts_not_from_their_number() {
         .push(turn.clone().with_piece(bytes(&[10, 11, 12, 13])))
         .unwrap();
     let placed = row_bytes(&episode.assemble(1).unwrap());
-    assert_eq!(&placed[3..], [Some(0), Some(10), Some(11), Some(12), Some(13), None]);
+    assert_eq!(
+        &placed[3..],
+        [Some(0), Some(10), Some(11), Some(12), Some(13), None]
+    );
     // A decode's rows end at E whatever their number: 8 of them, from a
     // decode that recomputed the prompt, are [0, 8), and meet turn 0's
     // rows at [0, 4) (the prefill wins [4, 6)).
@@ -962,12 +996,26 @@ fn rows_are_placed_from_the_counts_not_from_their_number() {
     let prefill = RowPiece::prefill(Dtype::Uint8, vec![1], vec![20, 21]);
     let mut episode = one_turn(Prefer::Earliest, 9);
     episode
-        .push(turn.clone().with_piece(prefill.clone()).with_piece(decode(8)))
+        .push(
+            turn.clone()
+                .with_piece(prefill.clone())
+                .with_piece(decode(8)),
+        )
         .unwrap();
     let assembled = episode.finish().unwrap();
     assert_eq!(
         row_bytes(&assembled),
-        [Some(9), Some(9), Some(9), Some(9), Some(20), Some(21), Some(6), Some(7), None]
+        [
+            Some(9),
+            Some(9),
+            Some(9),
+            Some(9),
+            Some(20),
+            Some(21),
+            Some(6),
+            Some(7),
+            None
+        ]
     );
     assert_eq!(assembled.turns()[1].compared, 4);
     assert_eq!(assembled.turns()[1].differed, [0, 1, 2, 3]);
@@ -977,7 +1025,10 @@ fn rows_are_placed_from_the_counts_not_from_their_number() {
         .push(turn.with_piece(prefill).with_piece(decode(3)))
         .unwrap();
     let assembled = episode.finish().unwrap();
-    assert_eq!(&row_bytes(&assembled)[4..], [Some(20), Some(21), Some(1), Some(2), None]);
+    assert_eq!(
+        &row_bytes(&assembled)[4..],
+        [Some(20), Some(21), Some(1), Some(2), None]
+    );
     assert_eq!(assembled.turns()[1].compared, 0);
 }
 
@@ -989,7 +1040,11 @@ fn the_first_piece_wins_where_pieces_overlap() {
     let decode = RowPiece::decode(Dtype::Uint8, vec![1], vec![2; 3]);
     let mut episode = Episode::default();
     episode
-        .push(turn.clone().with_piece(prefill.clone()).with_piece(decode.clone()))
+        .push(
+            turn.clone()
+                .with_piece(prefill.clone())
+                .with_piece(decode.clone()),
+        )
         .unwrap();
     let stitched = episode.finish().unwrap();
     assert_eq!(
@@ -1025,7 +1080,7 @@ fn the_turn_continued_is_the_longest_prefix_then_the_earliest() {
     push(&[1, 2, 9], &[6], 2, 1).unwrap(); // 2: [1, 2] with 0 and 1: 0
     push(&[1, 2, 3, 4, 5, 7], &[8], 4, 2).unwrap(); // 3: L = 5 with 1
     push(&[1, 2, 9, 6, 1], &[0], 3, 2).unwrap(); // 4: L = 4 with 2
-    // A late start names the turn continued, and its end.
+                                                 // A late start names the turn continued, and its end.
     let err = push(&[1, 2, 3, 4, 5, 7, 8, 9], &[1], 7, 1).unwrap_err();
     assert_eq!(
         err.to_string(),
@@ -1134,17 +1189,21 @@ fn dtypes_widen_keeping_values() {
     let assembled = episode.finish().unwrap();
     assert_eq!(assembled.dtype(), Dtype::Int16);
     assert_eq!(assembled.row_bytes(), 2);
-    assert_eq!(decode(Dtype::Int16, assembled.rows()), [255, 128, -1, 127, 0]);
+    assert_eq!(
+        decode(Dtype::Int16, assembled.rows()),
+        [255, 128, -1, 127, 0]
+    );
     // Rows compared once widened: int8 -1 against uint8 255 differ.
     let mut episode = Episode::default();
     episode
         .push(Turn::new(vec![1], vec![2]).with_piece(bytes(&[255])))
         .unwrap();
     episode
-        .push(
-            Turn::new(vec![1, 2], vec![3])
-                .with_piece(RowPiece::whole(Dtype::Int8, vec![1], vec![0xff, 0xff])),
-        )
+        .push(Turn::new(vec![1, 2], vec![3]).with_piece(RowPiece::whole(
+            Dtype::Int8,
+            vec![1],
+            vec![0xff, 0xff],
+        )))
         .unwrap();
     assert_eq!(episode.reports()[1].differed, [0]);
     // And uint16 1 against uint8 1 agree.
@@ -1153,12 +1212,69 @@ fn dtypes_widen_keeping_values() {
         .push(Turn::new(vec![1], vec![2]).with_piece(bytes(&[1])))
         .unwrap();
     episode
-        .push(
-            Turn::new(vec![1, 2], vec![3])
-                .with_piece(RowPiece::whole(Dtype::Uint16, vec![1], vec![1, 0, 7, 0])),
-        )
+        .push(Turn::new(vec![1, 2], vec![3]).with_piece(RowPiece::whole(
+            Dtype::Uint16,
+            vec![1],
+            vec![1, 0, 7, 0],
+        )))
         .unwrap();
     assert_eq!(episode.reports()[1].compared, 1);
     assert_eq!(episode.reports()[1].differed, [] as [u64; 0]);
-    assert_eq!(decode(Dtype::Uint16, episode.finish().unwrap().rows()), [1, 7, 0]);
+    assert_eq!(
+        decode(Dtype::Uint16, episode.finish().unwrap().rows()),
+        [1, 7, 0]
+    );
+}
+
+// ---------------------------------------------------------------- memory
+
+/// A linear episode of delta turns, 48 x 8 uint8 rows: turn `k`'s tokens
+/// are the first `(k + 1) * new` of one sequence, its last `completion`
+/// generated, asked from `L - 1`.
+fn linear_turn(k: usize, new: usize, completion: usize) -> Turn {
+    let length = (k + 1) * new;
+    let tokens: Vec<u64> = (0..length as u64).map(|i| i * 7 + 1).collect();
+    let prompt = tokens[..length - completion].to_vec();
+    let turn = Turn::new(prompt, tokens[length - completion..].to_vec());
+    let (turn, rows) = if k == 0 {
+        (turn, new - 1)
+    } else {
+        (turn.with_start((k * new - 1) as u64), new)
+    };
+    let bytes = (0..rows * 384).map(|i| (i % 251) as u8).collect();
+    turn.with_piece(RowPiece::whole(Dtype::Uint8, vec![48, 8], bytes))
+}
+
+/// Peak memory, as the allocator sees it: pushing 24 delta turns of a
+/// linear episode (each made just before it is pushed) and finishing holds
+/// at most the output (its rows and sources), one turn (its rows and its
+/// tokens) and the trie's bookkeeping (a node of 32 bytes and a path entry
+/// of 8 a position): the arena grows by what each turn adds, not by
+/// doubling, and `finish` moves it out rather than copying it.
+#[test]
+fn peak_memory_is_the_output_and_one_turn() {
+    // 24 turns: an arena doubling its capacity would reach 32 turns' worth.
+    let (turns, new, completion) = (24, 256, 16);
+    let (held, assembled) = crate::in_place::peak(|| {
+        let mut episode = Episode::default();
+        for k in 0..turns {
+            episode.push(linear_turn(k, new, completion)).unwrap();
+        }
+        episode.finish().unwrap()
+    });
+    let positions = turns * new;
+    assert_eq!(assembled.len(), positions as u64);
+    let rows = assembled.rows().len();
+    assert_eq!(rows, positions * 384);
+    let output = rows + positions * std::mem::size_of::<Option<RowSource>>();
+    let one_turn = new * 384 + positions * 8;
+    let bookkeeping = positions * (32 + 8);
+    let bound = output + one_turn + bookkeeping + 64 * 1024;
+    assert!(
+        held <= bound,
+        "held {held} bytes at the peak; output {output}, one turn {one_turn}, bookkeeping \
+         {bookkeeping}: bound {bound}"
+    );
+    // A copy of the rows at the end would have held twice them.
+    assert!(held < 2 * rows, "held {held}, rows {rows}");
 }

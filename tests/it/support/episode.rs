@@ -46,7 +46,11 @@ pub struct EpisodeSpec {
 
 impl TurnSpec {
     pub fn tokens(&self) -> Vec<u64> {
-        self.prompt.iter().chain(&self.completion).copied().collect()
+        self.prompt
+            .iter()
+            .chain(&self.completion)
+            .copied()
+            .collect()
     }
 
     /// `P + N - 1`.
@@ -475,7 +479,13 @@ fn build(row_shape: Vec<u64>, dtypes: &[Dtype], seed: u64, draws: &[TurnDraw]) -
         let end = tokens.len() - 1;
         let common = turns
             .iter()
-            .map(|t| t.tokens().iter().zip(&prompt).take_while(|(a, b)| a == b).count())
+            .map(|t| {
+                t.tokens()
+                    .iter()
+                    .zip(&prompt)
+                    .take_while(|(a, b)| a == b)
+                    .count()
+            })
             .max()
             .unwrap_or(0);
         let highest = first_rowless(&turns, &tokens, common);
