@@ -102,7 +102,7 @@ pub enum EpisodeError {
         asked: u64,
     },
     /// A piece whose bytes are not a whole number of rows, or whose rows
-    /// have no size (a zero dimension) or one past `u64`.
+    /// have no size (a zero dimension) or one too large to hold.
     #[non_exhaustive]
     PieceLength {
         /// Whose rows.
@@ -117,7 +117,7 @@ pub enum EpisodeError {
         dtype: Dtype,
         /// Its row shape.
         row_shape: Vec<u64>,
-        /// The size of one row (`None`: past `u64`).
+        /// The size of one row (`None`: too large to hold).
         row_bytes: Option<u64>,
     },
     /// A piece whose row count and first position fit neither a full nor a
@@ -357,8 +357,8 @@ impl fmt::Display for EpisodeError {
                     ),
                     None => write!(
                         f,
-                        "piece {piece}'s rows of {dtype} {row_shape:?} are larger than u64 \
-                         bytes"
+                        "piece {piece}'s rows of {dtype} {row_shape:?} are too large to hold \
+                         (as 8-byte elements, past isize::MAX bytes)"
                     ),
                 }
             }

@@ -72,8 +72,16 @@ impl Placement {
 }
 
 /// The number of rows of `piece`, or why its bytes are not whole rows.
+/// A row's size must fit in memory in the widest dtype (8 bytes an
+/// element), so that no widening of the episode's rows overflows.
 pub(crate) fn row_count(owner: Owner, index: usize, piece: &RowPiece) -> Result<u64, EpisodeError> {
-    let size = row_bytes(piece.dtype(), piece.row_shape().iter().copied()).ok();
+    let size = row_bytes(piece.dtype(), piece.row_shape().iter().copied())
+        .ok()
+        .filter(|size| {
+            (size / piece.dtype().itemsize())
+                .checked_mul(8)
+                .is_some_and(|widest| widest <= isize::MAX as u64)
+        });
     let bytes = piece.bytes().len() as u64;
     match size {
         Some(size) if size > 0 && bytes % size == 0 => Ok(bytes / size),

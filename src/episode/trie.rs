@@ -307,9 +307,8 @@ impl Episode {
             dtype,
             row_shape,
         } = placement;
-        self.widen_to(dtype, row_shape);
-        let format = self.format.as_ref().expect("set by widen_to");
-        let (dtype, elements, row_bytes) = (format.dtype, format.elements, format.row_bytes());
+        let (dtype, elements) = self.widen_to(dtype, row_shape);
+        let row_bytes = elements * dtype.itemsize() as usize;
         let prompt = turn.prompt().len();
         let length = prompt + turn.completion().len();
         let end = length - 1;
@@ -421,17 +420,18 @@ impl Episode {
     }
 
     /// Sets the format on the first turn; widens the arena when a turn's
-    /// dtype widens the episode's.
-    fn widen_to(&mut self, dtype: Dtype, row_shape: Vec<u64>) {
+    /// dtype widens the episode's. Returns the dtype and the elements a row.
+    fn widen_to(&mut self, dtype: Dtype, row_shape: Vec<u64>) -> (Dtype, usize) {
         match &mut self.format {
             None => {
-                // `place` checked that a row's size fits.
+                // `place` checked that a row's size fits, in the widest dtype.
                 let elements = row_shape.iter().product::<u64>() as usize;
                 self.format = Some(RowFormat {
                     dtype,
                     row_shape,
                     elements,
                 });
+                (dtype, elements)
             }
             Some(format) if format.dtype != dtype => {
                 let mut wider = Vec::with_capacity(
@@ -440,8 +440,9 @@ impl Episode {
                 widen_onto(format.dtype, dtype, &self.arena, &mut wider);
                 self.arena = wider;
                 format.dtype = dtype;
+                (dtype, format.elements)
             }
-            Some(_) => {}
+            Some(format) => (format.dtype, format.elements),
         }
     }
 

@@ -210,9 +210,10 @@ proptest! {
             for (u, a) in spec.turns.iter().enumerate() {
                 for (w, b) in spec.turns.iter().enumerate().skip(u + 1) {
                     let shared = a.tokens().iter().zip(b.tokens()).take_while(|(x, y)| *x == y).count();
-                    for x in 0..shared {
-                        if paths[u][x].1.is_some() && paths[w][x].1.is_some() {
-                            prop_assert_eq!(&paths[u][x], &paths[w][x], "turns {} {} position {}", u, w, x);
+                    let pairs = paths[u].iter().zip(&paths[w]).take(shared);
+                    for (x, (a, b)) in pairs.enumerate() {
+                        if a.1.is_some() && b.1.is_some() {
+                            prop_assert_eq!(a, b, "turns {} {} position {}", u, w, x);
                         }
                     }
                 }
@@ -298,7 +299,7 @@ proptest! {
             let start = if delta { common.saturating_sub(1) } else { 0 };
             // The decode's rows [P - 1, E), some flipped.
             let decode_from = p.saturating_sub(1);
-            let flipped = |x: usize| (flip_bits >> (x - decode_from) % 32) & 1 == 1;
+            let flipped = |x: usize| (flip_bits >> ((x - decode_from) % 32)) & 1 == 1;
             let prefill_rows: Vec<Vec<i64>> = (start..p).map(|x| model.row(&all[..=x])).collect();
             let decode_rows: Vec<Vec<i64>> =
                 (decode_from..end).map(|x| model.decode_row(&all[..=x], flipped(x))).collect();
@@ -552,8 +553,20 @@ fn piece_length() {
             .with_piece(ones(0, 2))
             .with_piece(shaped(vec![1u64 << 40, 1 << 40], 2)),
         EpisodeErrorKind::PieceLength,
-        "turn 1: piece 1's rows of uint16 [1099511627776, 1099511627776] are larger than \
-         u64 bytes",
+        "turn 1: piece 1's rows of uint16 [1099511627776, 1099511627776] are too large to \
+         hold (as 8-byte elements, past isize::MAX bytes)",
+    );
+    // 2^60 elements fit u64 as bytes, not once widened to 8 bytes each.
+    refused(
+        &mut episode,
+        turn().with_piece(ones(0, 2)).with_piece(RowPiece::whole(
+            Dtype::Uint8,
+            vec![1 << 30, 1 << 30],
+            vec![],
+        )),
+        EpisodeErrorKind::PieceLength,
+        "turn 1: piece 1's rows of uint8 [1073741824, 1073741824] are too large to hold (as \
+         8-byte elements, past isize::MAX bytes)",
     );
 }
 
