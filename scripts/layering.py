@@ -39,6 +39,12 @@ LAYERS = [
     # merge rule, strict mode's layout rule, SGLang's position problems. No
     # JSON, no I/O.
     ("algebra", ["algebra/"]),
+    # A multi-turn episode's rows, assembled from its turns' rows by one
+    # rule, and compared with a full-context forward: pure, on the
+    # algebra's dtypes and intervals alone (its own widening included), so
+    # that the readers, the Python binding and the command above build on
+    # it.
+    ("episode", ["episode/"]),
     # Bytes and text of rows, not responses: strict base64, the .npy header,
     # dtype widening, decoded runs, merged rows text; what the codecs refuse
     # and the two forms of inline rows (a leaf the error layer names); and

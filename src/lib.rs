@@ -143,6 +143,7 @@ pub mod bytes;
 mod codec;
 #[cfg(feature = "verify")]
 pub mod compare;
+pub mod episode;
 mod error;
 mod format;
 #[cfg(feature = "verify")]

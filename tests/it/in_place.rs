@@ -11,7 +11,9 @@
 //!
 //! The counting allocator below needs `unsafe` (the `GlobalAlloc` contract);
 //! the library itself forbids it. It counts only the bytes asked for by the
-//! thread that turned counting on, so tests running beside it do not count.
+//! thread that turned counting on, so tests running beside it do not count;
+//! [`peak`] likewise counts the bytes that thread holds at once (the
+//! episode's memory test uses it).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -29,6 +31,10 @@ thread_local! {
     /// `COUNTING` is on.
     static ALLOCATED: Cell<usize> = const { Cell::new(0) };
     static COUNTING: Cell<bool> = const { Cell::new(false) };
+    /// Bytes held (allocated less freed) since counting began, and the
+    /// most held at once: the peak memory of what `peak` runs.
+    static LIVE: Cell<isize> = const { Cell::new(0) };
+    static PEAK: Cell<isize> = const { Cell::new(0) };
 }
 
 fn note(bytes: usize) {
@@ -40,25 +46,41 @@ fn note(bytes: usize) {
     });
 }
 
+/// Bytes taken (positive) or given back (negative) while counting.
+fn hold(bytes: isize) {
+    let _ = COUNTING.try_with(|on| {
+        if on.get() {
+            let _ = LIVE.try_with(|live| {
+                live.set(live.get() + bytes);
+                let _ = PEAK.try_with(|peak| peak.set(peak.get().max(live.get())));
+            });
+        }
+    });
+}
+
 // SAFETY: every call is forwarded unchanged to the system allocator; the
 // wrapper only adds to thread-local counters, which allocate nothing.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         note(layout.size());
+        hold(layout.size() as isize);
         System.alloc(layout)
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         note(layout.size());
+        hold(layout.size() as isize);
         System.alloc_zeroed(layout)
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        hold(-(layout.size() as isize));
         System.dealloc(ptr, layout)
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         note(new_size.saturating_sub(layout.size()));
+        hold(new_size as isize - layout.size() as isize);
         System.realloc(ptr, layout, new_size)
     }
 }
@@ -73,6 +95,19 @@ fn allocated<T>(f: impl FnOnce() -> T) -> (usize, T) {
     let out = f();
     COUNTING.with(|on| on.set(false));
     (ALLOCATED.with(Cell::get), out)
+}
+
+/// The most bytes `f` held at once on this thread (allocated and not yet
+/// freed, counted from zero when it starts), and its result. A `realloc`
+/// counts as its change of size, as the allocator may grow a block where it
+/// is; the peak is the allocator's view, not the pages touched.
+pub(crate) fn peak<T>(f: impl FnOnce() -> T) -> (usize, T) {
+    LIVE.with(|n| n.set(0));
+    PEAK.with(|n| n.set(0));
+    COUNTING.with(|on| on.set(true));
+    let out = f();
+    COUNTING.with(|on| on.set(false));
+    (PEAK.with(Cell::get).max(0) as usize, out)
 }
 
 const LAYERS: usize = 5;

@@ -22,6 +22,7 @@ mod compare;
 mod confinement;
 mod defaults;
 mod dynamo;
+mod episode;
 mod exhaustive;
 mod in_place;
 mod inline;

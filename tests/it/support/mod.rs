@@ -8,6 +8,8 @@
 //! position), with no collisions possible.
 #![allow(dead_code)] // the modules behind `cli` and `testing` use some of it
 
+pub mod episode;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use base64::Engine;
