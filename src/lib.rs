@@ -104,8 +104,16 @@
 //!
 //! # Cargo features
 //!
-//! - `cli` (default): the `pd-stitch` command (`merge`, `check`, `gather`,
-//!   `compare`, `simulate`); enables `verify`.
+//! None by default. A router depends on the merge alone:
+//!
+//! ```toml
+//! pd-stitch = "0.4"
+//! ```
+//!
+//! That build compiles no file reader (CI checks that it links nothing of
+//! `std::fs`) and depends on `serde_json`, `thiserror`, `base64-simd` and
+//! `memchr` (which `serde_json` depends on too) only.
+//!
 //! - `verify`: the verifiers, which read files: `gather` (rows back from
 //!   files or inline values, only inside allowed directories, and `check`),
 //!   `compare` (two responses' rows position by position, as a report and a
@@ -115,15 +123,9 @@
 //!   colocated truth and `verify_stitched`, for a router's own tests; enables
 //!   `verify`.
 //!
-//! A router depends on the merge alone:
-//!
-//! ```toml
-//! pd-stitch = { version = "0.3", default-features = false }
-//! ```
-//!
-//! That build compiles no file reader (CI checks that it links nothing of
-//! `std::fs`) and depends on `serde_json`, `thiserror`, `base64-simd` and
-//! `memchr` (which `serde_json` depends on too) only.
+//! The `pd-stitch` command (`merge`, `check`, `gather`, `compare`, `probe`,
+//! `simulate`) is the crate `pd-stitch-cli`, built on this one's public API
+//! with `verify`: `cargo install pd-stitch-cli`.
 //!
 //! # Guarantees
 //!
