@@ -168,9 +168,15 @@ pub use error::{Error, ErrorKind, Location, Side, Step};
 struct ReadmeDoctests;
 
 pub use response::fields::{DEFAULT_FIELDS, ROUTED_EXPERTS, ROUTED_EXPERT_WEIGHTS};
-/// The table of where rows sit: public for the Python binding's skeleton,
-/// `probe` and the test that walks it, not part of the stable API.
-#[doc(hidden)]
+/// The table of where each engine's rows sit in a response: every
+/// [`Place`](places::Place) ([`all`](places::all)), a key of a choice, of a
+/// member object of a choice, or of a member object of the response, and
+/// what it holds (rows of a kind, or a count that places them). The merge,
+/// the bytes scanner and the stream stitcher read these places; a program
+/// that looks for rows itself (the command's `probe`, the Python binding)
+/// asks the same table rather than spelling the keys again. It grows with
+/// the engines' conventions, and its shape may change in a minor version
+/// (README, "Stability").
 pub mod places {
     pub use crate::format::places::{Holder, Holds, Place, RowsKind};
     pub use crate::format::table::{every_place as all, keys_of, object_holders};
