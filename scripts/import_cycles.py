@@ -1,5 +1,8 @@
 #!/usr/bin/env python3
-"""Fail when the files of src/ import each other in a circle.
+"""Fail when the files of a crate import each other in a circle.
+
+The crates are the library (src/) and the command (cli/src/), each read on
+its own: a `crate::` path of the command's files leads into the command.
 
 A module's file is one node; `a -> b` when a's code (outside comments and its
 test module) names a path `crate::...` or `super::...` that leads into b.
@@ -7,13 +10,16 @@ A path leads into the deepest module that is a prefix of it, so
 `crate::algebra::Rows` leads into `algebra` and `crate::codec::npy::header`
 into `codec/npy`. A module naming itself is no edge.
 
-    python3 scripts/import_cycles.py            # check src/ (what .ci/run does)
+    python3 scripts/import_cycles.py            # check src/ and cli/src/ (what .ci/run does)
     python3 scripts/import_cycles.py --self-test  # the check finds a known cycle
 """
 import os
 import re
 import sys
 import tempfile
+
+# The crates' source folders.
+ROOTS = ["src", "cli/src"]
 
 # `crate::a::b`, `super::a`, and the grouped forms `crate::a::{b, c::d}`, `crate::{a, b}`,
 # `super::super::{a, b}`: the segments before a group are names, so that the
@@ -115,9 +121,9 @@ def check(root):
     graph = import_graph(root)
     cycles = cycles_in(graph)
     for cycle in cycles:
-        print("import cycle: " + " -> ".join(name(m) for m in cycle), file=sys.stderr)
+        print(f"import cycle in {root}/: " + " -> ".join(name(m) for m in cycle), file=sys.stderr)
     edges = sum(len(targets) for targets in graph.values())
-    print(f"{len(graph)} modules, {edges} imports, {len(cycles)} cycles")
+    print(f"{root}/: {len(graph)} modules, {edges} imports, {len(cycles)} cycles")
     return not cycles
 
 
@@ -148,4 +154,5 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["--self-test"]:
         self_test()
     else:
-        sys.exit(0 if check("src") else 1)
+        results = [check(root) for root in ROOTS]
+        sys.exit(0 if all(results) else 1)

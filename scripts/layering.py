@@ -4,7 +4,14 @@
 LAYERS below orders the files of src/ from the bottom up. A file may import
 from its own layer or from one below it, never from one above: the codecs know
 no response, the formats no plan, the plan no adapter, and only the verifiers
-and the command may use everything.
+may use everything.
+
+The command is a crate of its own on top of the library (cli/src/, the
+package pd-stitch-cli): cargo keeps every file of src/ from importing it. Its
+files reach the library as any crate does, by `pd_stitch::...`, and this
+check holds them to what the library shows a user: each module they name
+must be one lib.rs declares `pub` and does not hide from the docs
+(`#[doc(hidden)]`), so that no public module exists for the command alone.
 
 Imports are read as scripts/import_cycles.py reads them, with its functions: a
 path `crate::...` or `super::...` in a file's code (outside comments and its
@@ -12,15 +19,15 @@ test module) leads into the deepest module that is a prefix of it. Two more
 readings, so that no import slips past:
 
 - a path that leads into no module names an item of the crate's root
-  (`crate::Stitch`, re-exported by lib.rs): it imports the root file, lib.rs
-  (main.rs for the command's own files), which sits near the top;
+  (`crate::Stitch`, re-exported by lib.rs): it imports the root file, lib.rs,
+  which sits near the top;
 - a path that starts with a child module the file declares (`mod model;` and
   then `pub use model::X`, or `self::model::X`) imports that child.
 
 Every file of src/ must be in a layer, and every path of the table must name a
 file: a new file is placed on purpose, not by default.
 
-    python3 scripts/layering.py              # check src/ (what .ci/run does)
+    python3 scripts/layering.py              # check src/ and cli/src/ (what .ci/run does)
     python3 scripts/layering.py --self-test  # the check fails on planted upward imports
 """
 import os
@@ -79,29 +86,29 @@ LAYERS = [
     ("stream", ["stream/"]),
     # The crate's root: its documentation and its public names.
     ("root", ["lib.rs"]),
-    # The verifiers and the command, which may use anything: the trainer's
-    # reading model, gather and check, compare, the simulators (SGLang's
-    # model and simulator among them), the generators for routers' tests,
-    # and the pd-stitch command.
+    # The verifiers, which may use anything: the trainer's reading model,
+    # gather and check, compare, the simulators (SGLang's model and
+    # simulator among them), and the generators for routers' tests.
     (
         "verifiers",
-        [
-            "reading/",
-            "gather/",
-            "compare/",
-            "sim/",
-            "sglang.rs",
-            "testing.rs",
-            "testing/",
-            "command/",
-            "main.rs",
-        ],
+        ["reading/", "gather/", "compare/", "sim/", "sglang.rs", "testing.rs", "testing/"],
     ),
 ]
+
+# The command's crate, above every layer of the library.
+COMMAND = "cli/src"
 
 UNPLACED = "add it to LAYERS in scripts/layering.py"
 TESTS = "#[cfg(test)]\nmod tests"
 MOD = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+([A-Za-z_]\w*)\s*;", re.M)
+# A module lib.rs declares, with the attributes and visibility before it
+# (`#[doc(hidden)]\npub mod places {`, `#[cfg(feature = "verify")]\npub mod gather;`).
+ROOT_MOD = re.compile(
+    r"((?:^[ \t]*#\[[^\n]*\][ \t]*\n)*)^[ \t]*(pub(?:\([^)]*\))?\s+)?mod\s+([A-Za-z_]\w*)\s*[;{]", re.M
+)
+# A path into the library from another crate: `pd_stitch::a::b`,
+# `pd_stitch::{a, b::{c, d}}`.
+LIBRARY_PATH = re.compile(r"\bpd_stitch::(\{|[A-Za-z_]\w*)")
 
 
 def rust_files(root):
@@ -141,38 +148,82 @@ def imports(root):
     for path in files:
         with open(os.path.join(root, path), encoding="utf-8") as f:
             texts[path] = f.read()
-    # The command's own modules (declared in main.rs) make a crate of their
-    # own, whose root is main.rs; the library's root is lib.rs.
-    binary = set(MOD.findall(code_of(texts.get("main.rs", ""))))
-    modules = {}
-    for path in files:
-        if path != "main.rs":
-            modules[module_of(os.path.join(root, path), root)] = path
+    modules = {module_of(os.path.join(root, path), root): path for path in files}
 
     found = {}
     for path in files:
         module = module_of(os.path.join(root, path), root)
-        in_binary = path == "main.rs" or (module and module[0] in binary)
-        crate_root = "main.rs" if in_binary else "lib.rs"
         code = code_of(texts[path])
         children = MOD.findall(code)
-        if path in ("lib.rs", "main.rs"):
-            children = [c for c in children if (c in binary) == (path == "main.rs")]
         edges = []
         named = [(p, "crate::" + "::".join(p)) for p in named_paths(code, module)]
         named += [(p, p[-1] + "::...") for p in child_paths(code, module, children)]
         for segments, written in named:
             target = deepest_module(segments, modules)
-            target = modules[target] if target is not None else crate_root
+            target = modules[target] if target is not None else "lib.rs"
             if target != path:
                 edges.append((target, written))
         found[path] = edges
     return found
 
 
-def problems(root):
-    """What breaks the order, one line each (empty when the order holds)."""
+def root_modules(lib_rs):
+    """The modules lib.rs declares, each with why another crate may not name
+    it ({name: None} when it may)."""
+    found = {}
+    for attrs, visibility, name in ROOT_MOD.findall(code_of(lib_rs)):
+        if visibility.strip() != "pub":
+            found[name] = "a module private to the library"
+        elif "doc(hidden)" in attrs:
+            found[name] = "a module hidden from the library's docs (#[doc(hidden)])"
+        else:
+            found[name] = None
+    return found
+
+
+def library_paths(code):
+    """The first segment of each path into the library that `code` names:
+    `pd_stitch::a::b` gives `a`, `pd_stitch::{a, b::{c}}` gives `a` and `b`."""
+    for match in LIBRARY_PATH.finditer(code):
+        if match.group(1) != "{":
+            yield match.group(1)
+            continue
+        depth, k, item_starts = 1, match.end(), True
+        while k < len(code) and depth:
+            c = code[k]
+            if c == "{":
+                depth += 1
+            elif c == "}":
+                depth -= 1
+            elif c == "," and depth == 1:
+                item_starts = True
+            elif item_starts and depth == 1 and not c.isspace():
+                name = re.match(r"[A-Za-z_]\w*", code[k:])
+                if name and name.group() != "self":
+                    yield name.group()
+                item_starts = False
+            k += 1
+
+
+def command_problems(command, library):
+    """Each module of the library that a file of the command's crate names
+    and may not: one line each."""
+    with open(os.path.join(library, "lib.rs"), encoding="utf-8") as f:
+        modules = root_modules(f.read())
     out = []
+    for path in rust_files(command):
+        with open(os.path.join(command, path), encoding="utf-8") as f:
+            code = code_of(f.read())
+        for name in sorted(set(library_paths(code))):
+            if modules.get(name):
+                out.append(f"{command}/{path} names pd_stitch::{name}, {modules[name]}")
+    return out
+
+
+def problems(root, command=None):
+    """What breaks the order, one line each (empty when the order holds):
+    in the library at `root`, and in the command's crate at `command`."""
+    out = command_problems(command, root) if command else []
     files = rust_files(root)
     for path in files:
         if layer_of(path) is None:
@@ -195,8 +246,8 @@ def problems(root):
     return out
 
 
-def check(root):
-    found = problems(root)
+def check(root, command):
+    found = problems(root, command)
     for line in found:
         print("layering: " + line, file=sys.stderr)
     edges = imports(root)
@@ -205,6 +256,16 @@ def check(root):
     for index, (name, _) in enumerate(LAYERS):
         members = [f for f in edges if layer_of(f) == index]
         print(f"  {index:2} {name:10} {len(members):3} files")
+    with open(os.path.join(root, "lib.rs"), encoding="utf-8") as f:
+        modules = root_modules(f.read())
+    files, named = rust_files(command), set()
+    for path in files:
+        with open(os.path.join(command, path), encoding="utf-8") as f:
+            named.update(name for name in library_paths(code_of(f.read())) if name in modules)
+    print(
+        f"  {len(LAYERS):2} {'command':10} {len(files):3} files of {command}/, a crate of its own, "
+        f"naming the library's modules {', '.join(sorted(named))}"
+    )
     return not found
 
 
@@ -212,7 +273,7 @@ def child_files(src, path):
     """The child modules `path` declares, each with its file under `src`."""
     with open(os.path.join(src, path), encoding="utf-8") as f:
         children = MOD.findall(code_of(f.read()))
-    folder = "" if path in ("lib.rs", "main.rs") else path[: -len(".rs")] + "/"
+    folder = "" if path == "lib.rs" else path[: -len(".rs")] + "/"
     if path.endswith("/mod.rs"):
         folder = path[: -len("mod.rs")]
     for child in children:
@@ -221,14 +282,16 @@ def child_files(src, path):
                 yield child, candidate
 
 
-def self_test(src="src"):
+def self_test(src="src", command=COMMAND):
     """On copies of src/: the clean copy passes; an import that a comment or
     the test module makes passes; each planted upward import fails with
     exactly that import: across every boundary of two layers, through the
     crate's root, through `super::` and a group, from a parent to its child;
-    and a file in no layer fails."""
+    and a file in no layer fails. On copies of both crates: the command
+    passes, and fails on a private module of the library it names (alone or
+    in a group) and on a module it names that lib.rs hides from the docs."""
     files = rust_files(src)
-    library = [f for f in files if f != "main.rs" and not f.startswith("command/")]
+    library = files
     layers = [[f for f in library if layer_of(f) == index] for index in range(len(LAYERS))]
 
     def item_in(path):
@@ -291,11 +354,45 @@ def self_test(src="src"):
         found = problems(root)
     assert found == [f"src/unplaced.rs is in no layer: {UNPLACED}"], found
 
+    def command_planted(path, text, lib_rs=lambda text: text):
+        """The check's problems on copies of both crates, with `text` planted
+        in the command's `path` and lib.rs rewritten by `lib_rs`."""
+        with tempfile.TemporaryDirectory() as tmp:
+            root, top = os.path.join(tmp, "src"), os.path.join(tmp, "cli")
+            shutil.copytree(src, root)
+            shutil.copytree(command, top)
+            with open(os.path.join(root, "lib.rs"), encoding="utf-8") as f:
+                text_of_lib = f.read()
+            with open(os.path.join(root, "lib.rs"), "w", encoding="utf-8") as f:
+                f.write(lib_rs(text_of_lib))
+            with open(os.path.join(top, path), "a", encoding="utf-8") as f:
+                f.write("\n" + text + "\n")
+            return problems(root, top)
+
+    main = "main.rs"
+    assert command_planted(main, "") == [], "the clean command fails"
+    with open(os.path.join(src, "lib.rs"), encoding="utf-8") as f:
+        modules = root_modules(f.read())
+    private = next(name for name, why in modules.items() if why)
+    for text in (f"use pd_stitch::{private}::Planted;", f"use pd_stitch::{{Error, {private}::{{self, X}}}};"):
+        found = command_planted(main, text)
+        assert len(found) == 1 and f"names pd_stitch::{private}, a module private" in found[0], found
+    # Hidden from the docs: a public module the command names, hidden.
+    named = set()
+    for path in rust_files(command):
+        with open(os.path.join(command, path), encoding="utf-8") as f:
+            named.update(library_paths(code_of(f.read())))
+    shown = sorted(name for name in named if name in modules and not modules[name])[0]
+    hide = re.compile(r"^(pub mod " + shown + r"\b)", re.M)
+    found = command_planted(main, "", lambda text: hide.sub(r"#[doc(hidden)]\n\1", text, count=1))
+    assert found and all(f"names pd_stitch::{shown}, a module hidden" in line for line in found), found
+
     print(
         f"self-test: the clean copy passes, and so do imports in a comment or a test module; "
         f"fails on {len(layers) - 1} imports planted across each boundary, on imports "
         f"through the root, through super:: and from {parent} to its child {child}, "
-        f"and on a file in no layer"
+        f"and on a file in no layer; the command passes, and fails on the library's private "
+        f"{private} named alone or in a group, and on {shown} hidden from the docs"
     )
 
 
@@ -305,4 +402,4 @@ if __name__ == "__main__":
     elif sys.argv[1:]:
         sys.exit(__doc__)
     else:
-        sys.exit(0 if check("src") else 1)
+        sys.exit(0 if check("src", COMMAND) else 1)

@@ -3,7 +3,8 @@
 
 Issue 34, "one engine's rows, one file": the keys an engine's rows sit
 under are owned by the format that reads them, and their string literals
-appear in the code of that one production file of src/ and python/src/;
+appear in the code of that one production file of the crates (src/, the
+command's cli/src/ and python/src/);
 every other reader names the owner's constant or walks the owner's path
 helpers. OWNERS says which file owns which key; the check fails when a
 gated key is spelled in any other file (or in none). The keys of REPORTED
@@ -46,8 +47,9 @@ OWNERS = {
 }
 # Keys listed, not checked: where they are spelled today.
 REPORTED = ("sgl_ext", "usage", "token_ids")
-# The crates, each a folder with its root files.
-CRATES = {"src": ("lib.rs", "main.rs"), "python/src": ("lib.rs",)}
+# The crates, each a folder with its root files: the library, the command
+# (a crate of its own) and the Python binding.
+CRATES = {"src": ("lib.rs",), "cli/src": ("main.rs",), "python/src": ("lib.rs",)}
 
 TEST_MODULE = re.compile(r"#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+\w+\s*\{")
 DECLARATION = re.compile(r"((?:#\[[^\]]*\]\s*)*)(?:pub(?:\([^)]*\))?\s+)?mod\s+([A-Za-z_]\w*)\s*;")
@@ -274,7 +276,7 @@ def check(repo):
 
 
 def self_test(repo="."):
-    """On copies of src/ and python/src/: a gated key planted in a file that
+    """On copies of the crates: a gated key planted in a file that
     does not spell it is found there, at its line, and fails the check, as
     a literal, a byte string, JSON text raw or escaped, and after a `//` or
     a quote inside a literal; planted in a comment of each kind, in a test
@@ -311,7 +313,7 @@ def self_test(repo="."):
     clean = planted("src/lib.rs", "")
     assert clean == spellings(repo, keys), "a copy is read otherwise"
     files = production_files(repo)
-    assert files["src/lib.rs"] and files["src/main.rs"] and files["python/src/lib.rs"], files
+    assert files["src/lib.rs"] and files["cli/src/main.rs"] and files["python/src/lib.rs"], files
     # The test modules' files are known by their parents' declarations.
     test_files = [name for name, production in files.items() if not production]
     for name in ("src/gather/tests.rs", "src/reading/tests.rs", "src/bytes/scan/tests.rs"):
@@ -322,7 +324,7 @@ def self_test(repo="."):
         for name, production in files.items()
         if production
         and name.startswith("src/")
-        and name not in ("src/lib.rs", "src/main.rs")
+        and name != "src/lib.rs"
         and name not in clean[key]
         and "#[cfg(test)]" not in read(name)
     )

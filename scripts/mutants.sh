@@ -50,7 +50,7 @@ command -v cargo-mutants >/dev/null || cargo install cargo-mutants --locked
 export PROPTEST_CASES="${PROPTEST_CASES:-128}"
 # No debug info: each mutant links its test binaries much faster.
 export CARGO_PROFILE_DEV_DEBUG="${CARGO_PROFILE_DEV_DEBUG:-0}"
-# The main binary and the simulator's report formatting are not under test here.
+# The command (cli/, a crate of its own) is not under test here.
 cargo mutants --no-shuffle --timeout "${MUTANTS_TIMEOUT:-300}" \
-    --exclude src/main.rs --exclude 'src/command/**' --all-features \
+    --exclude 'cli/**' --all-features \
     "$@"

@@ -4,9 +4,9 @@
 A name that says one thing is defined once: two `struct Case`, or a
 `struct Slot` beside an `enum Slot`, make a reader ask which one a file
 means. This reads every `.rs` file under the source folders of the
-repository's crates (src/, and cli/src/ when the command is a crate of its
-own) and lists every `struct`, `enum`, `union`, `trait` and `type` item by
-name, wherever it stands: at a module's level, in a test module, or inside a
+repository's crates (the library's src/ and the command's cli/src/) and
+lists every `struct`, `enum`, `union`, `trait` and `type` item by name,
+wherever it stands: at a module's level, in a test module, or inside a
 function. An associated type (`type Prefill<..>` inside a `trait` or an
 `impl` block) is not a definition of a new name but the trait's own, and is
 left out. Comments and string literals are skipped.

@@ -105,8 +105,16 @@
 //!
 //! # Cargo features
 //!
-//! - `cli` (default): the `pd-stitch` command (`merge`, `check`, `gather`,
-//!   `compare`, `simulate`); enables `verify`.
+//! None by default. A router depends on the merge alone:
+//!
+//! ```toml
+//! pd-stitch = "0.4"
+//! ```
+//!
+//! That build compiles no file reader (CI checks that it links nothing of
+//! `std::fs`) and depends on `serde_json`, `thiserror`, `base64-simd` and
+//! `memchr` (which `serde_json` depends on too) only.
+//!
 //! - `verify`: the verifiers, which read files: `gather` (rows back from
 //!   files or inline values, only inside allowed directories, and `check`),
 //!   `compare` (two responses' rows position by position, as a report and a
@@ -116,15 +124,9 @@
 //!   colocated truth and `verify_stitched`, for a router's own tests; enables
 //!   `verify`.
 //!
-//! A router depends on the merge alone:
-//!
-//! ```toml
-//! pd-stitch = { version = "0.3", default-features = false }
-//! ```
-//!
-//! That build compiles no file reader (CI checks that it links nothing of
-//! `std::fs`) and depends on `serde_json`, `thiserror`, `base64-simd` and
-//! `memchr` (which `serde_json` depends on too) only.
+//! The `pd-stitch` command (`merge`, `check`, `gather`, `compare`, `probe`,
+//! `simulate`) is the crate `pd-stitch-cli`, built on this one's public API
+//! with `verify`: `cargo install pd-stitch-cli`.
 //!
 //! # Guarantees
 //!
@@ -168,9 +170,15 @@ pub use error::{Error, ErrorDetail, ErrorKind, Location, Side, Step};
 struct ReadmeDoctests;
 
 pub use response::fields::{DEFAULT_FIELDS, ROUTED_EXPERTS, ROUTED_EXPERT_WEIGHTS};
-/// The table of where rows sit: public for the Python binding's skeleton,
-/// `probe` and the test that walks it, not part of the stable API.
-#[doc(hidden)]
+/// The table of where each engine's rows sit in a response: every
+/// [`Place`](places::Place) ([`all`](places::all)), a key of a choice, of a
+/// member object of a choice, or of a member object of the response, and
+/// what it holds (rows of a kind, or a count that places them). The merge,
+/// the bytes scanner and the stream stitcher read these places; a program
+/// that looks for rows itself (the command's `probe`, the Python binding)
+/// asks the same table rather than spelling the keys again. It grows with
+/// the engines' conventions, and its shape may change in a minor version
+/// (README, "Stability").
 pub mod places {
     pub use crate::format::places::{Holder, Holds, Place, RowsKind};
     pub use crate::format::table::{every_place as all, keys_of, object_holders};

@@ -2,7 +2,10 @@
 //! per concern, named as `docs/SPEC.md` and `docs/VERIFICATION.md` cite them
 //! (`rules::rule_1_*`, `laws::l8_*`, ...), sharing the generators and the
 //! naive reference model in `support`. Run one module with
-//! `cargo test --all-features --test it rules::`.
+//! `cargo test --all-features --test it rules::`. Each module needs the
+//! features it is gated by here; `cargo test` with none runs the rest. The
+//! tests that run the `pd-stitch` command are the command's crate's
+//! (`cli/tests/it`).
 //!
 //! One binary instead of one per file: the support code is compiled once and
 //! the crate's dev-dependencies are linked once. Everything below still runs in parallel
@@ -13,9 +16,8 @@
 mod support;
 
 mod algebra;
+#[cfg(feature = "testing")]
 mod bytes;
-#[cfg(feature = "cli")]
-mod cli;
 #[cfg(feature = "verify")]
 mod compare;
 #[cfg(all(unix, feature = "verify"))]
@@ -27,12 +29,11 @@ mod exhaustive;
 mod in_place;
 mod inline;
 mod laws;
-#[cfg(feature = "cli")]
+#[cfg(feature = "verify")]
 mod places;
-mod probe;
 mod readme_layout;
 mod resources;
-#[cfg(feature = "cli")]
+#[cfg(feature = "testing")]
 mod router_http;
 #[cfg(feature = "testing")]
 mod router_testing;
@@ -40,11 +41,12 @@ mod router_testing;
 mod rows_check;
 mod rules;
 mod sglang;
-#[cfg(feature = "cli")]
+#[cfg(feature = "verify")]
 mod sim;
 mod stability;
 #[cfg(feature = "testing")]
 mod stream;
+#[cfg(feature = "testing")]
 mod stream_late;
 mod strict;
 mod totality;

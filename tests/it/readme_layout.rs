@@ -1,5 +1,6 @@
-//! The README's "Layout" section names every file of `src/`, and every path
-//! it names exists: a map of the crate that cannot go stale unnoticed.
+//! The README's "Layout" section names every file of the library (`src/`)
+//! and of the command's crate (`cli/src/`), and every path it names exists:
+//! a map of the crates that cannot go stale unnoticed.
 //!
 //! A file is named when the section holds its path (`src/codec/npy.rs`), or
 //! when one bullet names its folder (`src/codec/`) and, in backticks, its
@@ -46,6 +47,9 @@ fn rust_files(dir: &Path, out: &mut Vec<String>) {
     }
 }
 
+/// The source folders of the crates, from the repository's root.
+const SOURCES: [&str; 2] = ["src", "cli/src"];
+
 /// Which of `files` (paths such as `src/codec/npy.rs`) the bullets leave
 /// unnamed.
 fn unnamed<'f>(bullets: &[String], files: &'f [String]) -> Vec<&'f str> {
@@ -53,7 +57,7 @@ fn unnamed<'f>(bullets: &[String], files: &'f [String]) -> Vec<&'f str> {
         .iter()
         .map(String::as_str)
         .filter(|file| {
-            let (folder, name) = file.rsplit_once('/').expect("a path under src/");
+            let (folder, name) = file.rsplit_once('/').expect("a path in a folder");
             let folder = format!("{folder}/");
             !bullets.iter().any(|bullet| {
                 let words = backticked(bullet);
@@ -65,7 +69,8 @@ fn unnamed<'f>(bullets: &[String], files: &'f [String]) -> Vec<&'f str> {
         .collect()
 }
 
-/// The backticked `src/...` paths that do not exist.
+/// The backticked paths into the crates' sources (`src/...`, `cli/...`)
+/// that do not exist.
 fn stale(bullets: &[String], root: &Path) -> Vec<String> {
     bullets
         .iter()
@@ -75,7 +80,9 @@ fn stale(bullets: &[String], root: &Path) -> Vec<String> {
                 .map(str::to_owned)
                 .collect::<Vec<_>>()
         })
-        .filter(|word| word.starts_with("src/") && !root.join(word).exists())
+        .filter(|word| {
+            (word.starts_with("src/") || word.starts_with("cli/")) && !root.join(word).exists()
+        })
         .collect()
 }
 
@@ -85,12 +92,16 @@ fn the_readme_layout_names_every_file_of_src() {
     let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
     let bullets = layout_bullets(&readme);
     let mut files = Vec::new();
-    rust_files(&root.join("src"), &mut files);
+    for folder in SOURCES {
+        rust_files(&root.join(folder), &mut files);
+    }
+    let prefix = format!("{}/", root.to_str().unwrap().replace('\\', "/"));
     let files: Vec<String> = files
         .iter()
-        .map(|f| f[f.find("/src/").unwrap() + 1..].to_owned())
+        .map(|f| f.strip_prefix(&prefix).expect("under the root").to_owned())
         .collect();
     assert!(files.len() > 20, "{files:?}");
+    assert!(files.contains(&"cli/src/main.rs".to_owned()), "{files:?}");
     assert_eq!(
         unnamed(&bullets, &files),
         Vec::<&str>::new(),
@@ -107,7 +118,7 @@ fn the_readme_layout_names_every_file_of_src() {
 /// bullet does not name it, and a path that is not there are all caught.
 #[test]
 fn the_layout_check_catches_what_is_missing_and_what_is_stale() {
-    let readme = "# x\n\n## Layout\n\n- `src/codec/`: rows (`npy.rs`,\n  `text.rs`).\n- `src/lib.rs`, `src/gone.rs`.\n\n## Next\n- `src/later.rs`\n";
+    let readme = "# x\n\n## Layout\n\n- `src/codec/`: rows (`npy.rs`,\n  `text.rs`).\n- `src/lib.rs`, `src/gone.rs`, `cli/src/gone.rs`.\n\n## Next\n- `src/later.rs`\n";
     let bullets = layout_bullets(readme);
     assert_eq!(bullets.len(), 2, "{bullets:?}");
     let files: Vec<String> = [
@@ -117,13 +128,14 @@ fn the_layout_check_catches_what_is_missing_and_what_is_stale() {
         "src/codec/form.rs",
         "src/lib.rs",
         "src/later.rs",
+        "cli/src/main.rs",
     ]
     .map(String::from)
     .to_vec();
     assert_eq!(
         unnamed(&bullets, &files),
-        ["src/codec/form.rs", "src/later.rs"]
+        ["src/codec/form.rs", "src/later.rs", "cli/src/main.rs"]
     );
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    assert_eq!(stale(&bullets, root), ["src/gone.rs"]);
+    assert_eq!(stale(&bullets, root), ["cli/src/gone.rs", "src/gone.rs"]);
 }

@@ -53,51 +53,11 @@ fn the_library_merge_is_bitwise_right_in_every_form() {
     );
 }
 
-/// The prefill response with its last row taken away, so that the merge cuts
-/// one position early and takes the decode's own (wrong) row for the last
-/// prompt position: the classic off-by-one of P/D stitching.
-fn cut_one_early(prefill: &Value) -> Value {
-    let mut prefill = prefill.clone();
-    let choice = &mut prefill["choices"][0];
-    if let Some(payload) = choice.get_mut("payload").and_then(Value::as_array_mut) {
-        let last = payload
-            .iter_mut()
-            .filter(|s| s["field"] == "routed_experts")
-            .max_by_key(|s| s["pos"].as_u64().unwrap() + s["rows"].as_u64().unwrap());
-        if let Some(last) = last {
-            last["rows"] = json!(last["rows"].as_u64().unwrap() - 1);
-        }
-    }
-    match choice.get_mut("routed_experts") {
-        Some(Value::Object(compact)) => {
-            let seq = compact["shape"][0].as_u64().unwrap();
-            let data = STANDARD.decode(compact["data"].as_str().unwrap()).unwrap();
-            let keep = data.len() / seq as usize * (seq as usize - 1);
-            compact.insert("data".into(), json!(STANDARD.encode(&data[..keep])));
-            compact["shape"][0] = json!(seq - 1);
-        }
-        Some(npy @ Value::String(_)) => {
-            // Rebuild the .npy with one row fewer.
-            let (descr, mut dims, data) =
-                support::npy_read(&STANDARD.decode(npy.as_str().unwrap()).unwrap());
-            let row = data.len() / dims[0] as usize;
-            dims[0] -= 1;
-            *npy = json!(STANDARD.encode(support::npy_write(
-                &descr,
-                &dims,
-                &data[..data.len() - row]
-            )));
-        }
-        _ => {}
-    }
-    prefill
-}
-
 #[test]
 fn a_merge_that_cuts_one_position_early_is_caught_in_every_form() {
     let config = config("early", 24);
     let broken = |p: &Value, d: &mut Value| -> Result<bool, Error> {
-        pd_stitch::merge_routed_experts_for_pd(&cut_one_early(p), d)
+        pd_stitch::merge_routed_experts_for_pd(&support::cut_one_early(p), d)
     };
     let summary = run(&config, &broken, &|_, _| {}).unwrap();
     std::fs::remove_dir_all(&config.dir).unwrap();
@@ -286,7 +246,7 @@ fn compare_finds_every_merged_response_equal_to_its_colocated_one() {
 #[test]
 fn compare_shows_a_cut_one_early_as_the_last_prompt_position_in_every_layer() {
     let broken = |p: &Value, d: &mut Value| -> Result<bool, Error> {
-        pd_stitch::merge_routed_experts_for_pd(&cut_one_early(p), d)
+        pd_stitch::merge_routed_experts_for_pd(&support::cut_one_early(p), d)
     };
     for (request, mode, report) in compare_run("compare-early", 16, &broken) {
         if mode == Mode::Npy {
@@ -374,55 +334,6 @@ fn compare_shows_a_cut_one_late_as_a_position_on_one_side_only() {
         }
         assert_eq!(report.all_equal(), !missing, "{tag}");
     }
-}
-
-/// Makes the README's heatmap of a broken merge (`docs/compare_cut_one_early.svg`):
-/// a simulated run whose merge cuts one position early, kept in
-/// `target/compare-demo`, compared with `pd-stitch compare` on its first
-/// request of one choice with rows of 48 layers. Run by hand:
-/// `cargo test --all-features --test it -- --ignored sim::write_the_readme_heatmap --nocapture`.
-#[test]
-#[ignore = "writes docs/compare_cut_one_early.svg; run by hand"]
-fn write_the_readme_heatmap() {
-    let index = (0..1000)
-        .find(|&i| {
-            let r = Request::draw(1, i);
-            r.choices == 1
-                && r.shape == [48, 8]
-                && (40..=100).contains(&r.prompt)
-                && r.completion >= 40
-        })
-        .unwrap();
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/compare-demo");
-    let _ = std::fs::remove_dir_all(&dir);
-    let config = Config {
-        requests: index + 1,
-        seed: 1,
-        dir: dir.clone(),
-        concurrency: 2,
-    };
-    let broken = |p: &Value, d: &mut Value| -> Result<bool, Error> {
-        pd_stitch::merge_routed_experts_for_pd(&cut_one_early(p), d)
-    };
-    run(&config, &broken, &|_, _| {}).unwrap();
-    let folder = format!("target/compare-demo/req-{index:04}");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pd-stitch"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args([
-            "compare",
-            &format!("{folder}/by-handle.merged.json"),
-            &format!("{folder}/colocated.json"),
-            "--root-a",
-            "target/compare-demo",
-            "--root-b",
-            "target/compare-demo",
-            "--svg",
-            "docs/compare_cut_one_early.svg",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    println!("request {index}\n{}", String::from_utf8_lossy(&out.stdout));
 }
 
 /// Runs the simulation of `requests` requests with `merge` in a fresh
@@ -764,7 +675,7 @@ fn the_trainer_reads_the_merged_response_as_the_colocated_one() {
 #[test]
 fn the_trainer_law_catches_a_cut_one_early_and_unstitched_weights() {
     let (_, early) = trainer_law(4, &|p, d| {
-        pd_stitch::merge_routed_experts_for_pd(&cut_one_early(p), d)
+        pd_stitch::merge_routed_experts_for_pd(&support::cut_one_early(p), d)
     });
     assert!(
         early.iter().any(|m| m.contains("routed_experts:")),

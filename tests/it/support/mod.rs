@@ -12,6 +12,7 @@ pub mod episode;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use pd_stitch::{Error, ErrorDetail};
 use proptest::prelude::*;
@@ -451,7 +452,7 @@ fn json_leaf() -> impl Strategy<Value = Value> {
                 let mut file = b"\x93NUMPY".to_vec();
                 file.extend([major, 0]);
                 file.extend(rest);
-                Value::from(base64::engine::general_purpose::STANDARD.encode(file))
+                Value::from(STANDARD.encode(file))
             }),
     ]
 }
@@ -738,4 +739,40 @@ pub fn merge_both(
         _ => panic!("Value {got:?} but bytes {got_bytes:?}"),
     }
     got.map(|_| value)
+}
+
+/// The prefill response with its last row taken away, so that the merge cuts
+/// one position early and takes the decode's own (wrong) row for the last
+/// prompt position: the classic off-by-one of P/D stitching.
+pub fn cut_one_early(prefill: &Value) -> Value {
+    let mut prefill = prefill.clone();
+    let choice = &mut prefill["choices"][0];
+    if let Some(payload) = choice.get_mut("payload").and_then(Value::as_array_mut) {
+        let last = payload
+            .iter_mut()
+            .filter(|s| s["field"] == "routed_experts")
+            .max_by_key(|s| s["pos"].as_u64().unwrap() + s["rows"].as_u64().unwrap());
+        if let Some(last) = last {
+            last["rows"] = json!(last["rows"].as_u64().unwrap() - 1);
+        }
+    }
+    match choice.get_mut("routed_experts") {
+        Some(Value::Object(compact)) => {
+            let seq = compact["shape"][0].as_u64().unwrap();
+            let data = STANDARD.decode(compact["data"].as_str().unwrap()).unwrap();
+            let keep = data.len() / seq as usize * (seq as usize - 1);
+            compact.insert("data".into(), json!(STANDARD.encode(&data[..keep])));
+            compact["shape"][0] = json!(seq - 1);
+        }
+        Some(npy @ Value::String(_)) => {
+            // Rebuild the .npy with one row fewer.
+            let (descr, mut dims, data) =
+                npy_read(&STANDARD.decode(npy.as_str().unwrap()).unwrap());
+            let row = data.len() / dims[0] as usize;
+            dims[0] -= 1;
+            *npy = json!(STANDARD.encode(npy_write(&descr, &dims, &data[..data.len() - row])));
+        }
+        _ => {}
+    }
+    prefill
 }

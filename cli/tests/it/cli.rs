@@ -1,5 +1,7 @@
 //! The `pd-stitch` command: each subcommand on the committed examples, its
 //! errors (one line on stderr, exit status 1, nothing on stdout), and --help.
+//! It runs from the repository's root ([`crate::REPO`]), where the README
+//! runs it, so the examples' paths are the README's.
 
 use crate::support;
 
@@ -10,6 +12,7 @@ use serde_json::Value;
 
 fn pd_stitch(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_pd-stitch"))
+        .current_dir(crate::REPO)
         .args(args)
         .output()
         .unwrap()
@@ -24,7 +27,7 @@ fn stderr(out: &Output) -> String {
 }
 
 fn read(path: &str) -> Value {
-    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    serde_json::from_slice(&std::fs::read(crate::repo(path)).unwrap()).unwrap()
 }
 
 /// A failure: exit status 1, nothing on stdout, one line on stderr that says
@@ -60,10 +63,10 @@ fn merge_equals_the_library_on_every_committed_example() {
         let got: Value = serde_json::from_str(&stdout(&out)).unwrap();
         assert_eq!(got, expected, "{dir} {fields:?}");
         // Byte for byte what the bytes path gives.
-        let mut text = std::fs::read(&d).unwrap();
+        let mut text = std::fs::read(crate::repo(&d)).unwrap();
         stitcher
             .merge_bytes(
-                &std::fs::read(&p).unwrap(),
+                &std::fs::read(crate::repo(&p)).unwrap(),
                 &mut text,
                 pd_stitch::Stitch::ForPd,
             )
@@ -77,7 +80,7 @@ fn merge_changes_only_the_stitched_values() {
     let dir = std::env::temp_dir().join(format!("pd-stitch-cli-bytes-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let decode = dir.join("decode.json");
-    let original = std::fs::read_to_string("examples/seed/decode.json").unwrap();
+    let original = std::fs::read_to_string(crate::repo("examples/seed/decode.json")).unwrap();
     // Spellings a parse-and-serialize round trip would change.
     let canary = r#"{"n": 1.50E+2, "big": 18446744073709551616, "s": "caf\u00e9\/"}"#;
     let text = original.replacen('{', &format!("{{\n  \"canary\": {canary},"), 1);
@@ -778,11 +781,7 @@ fn compare_dirs_prints_one_line_per_file_and_totals() {
     for (dir, name, from) in [
         (&b, "r1.json", &merged),
         (&a, "r2.json", &merged),
-        (
-            &b,
-            "r2.json",
-            &Path::new("examples/seed/decode.json").to_path_buf(),
-        ),
+        (&b, "r2.json", &crate::repo("examples/seed/decode.json")),
     ] {
         std::fs::copy(from, dir.join(name)).unwrap();
     }
@@ -868,11 +867,7 @@ fn compare_dirs_prints_one_line_per_file_and_totals() {
 #[test]
 fn every_help_ends_with_an_example_that_runs() {
     let dir = scratch("help-examples");
-    std::os::unix::fs::symlink(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples"),
-        dir.join("examples"),
-    )
-    .unwrap();
+    std::os::unix::fs::symlink(crate::repo("examples"), dir.join("examples")).unwrap();
     for (sub, status) in [
         ("merge", 0),
         ("check", 0),
@@ -995,7 +990,7 @@ fn long_runs(dir: &Path) -> Vec<Vec<String>> {
     for d in [&a, &b] {
         std::fs::create_dir_all(d).unwrap();
         for name in ["x.json", "y.json"] {
-            std::fs::copy("examples/seed/decode.json", d.join(name)).unwrap();
+            std::fs::copy(crate::repo("examples/seed/decode.json"), d.join(name)).unwrap();
         }
     }
     let s = |p: &Path| p.to_str().unwrap().to_owned();
@@ -1041,6 +1036,7 @@ fn progress_shows_on_a_terminal_only_and_quiet_silences_it() {
                 line.push_str(" --quiet");
             }
             let out = Command::new("script")
+                .current_dir(crate::REPO)
                 .args(["-q", "-e", "-c", &line, "/dev/null"])
                 .output()
                 .expect("util-linux `script`, to run the command under a pseudo-terminal");
@@ -1085,7 +1081,7 @@ fn examples_exist_where_the_readme_says() {
         "examples/seed/decode.json",
         "examples/inline/prefill.json",
     ] {
-        assert!(Path::new(f).exists(), "{f}");
+        assert!(crate::repo(f).exists(), "{f}");
     }
 }
 

@@ -16,8 +16,8 @@ use pd_stitch::algebra::{Convention, Dtype};
 use pd_stitch::sim::Request;
 use serde_json::Value;
 
-use crate::router_http::mock_backend::{self, Deployment, Fault, Forms, Mock, Role, SGLANG_SHAPE};
-use crate::router_http::pd_router;
+use crate::mock_backend::{self, Deployment, Fault, Forms, Mock, Role, SGLANG_SHAPE};
+use crate::pd_router;
 
 const SEED: u64 = 7;
 

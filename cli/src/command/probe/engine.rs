@@ -353,7 +353,8 @@ pub fn place_rows(engine: Engine, answer: &mut Answer, prompt_len: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use base64_simd::STANDARD;
+    use base64::engine::general_purpose::STANDARD;
+    use base64::Engine as _;
     use pd_stitch::gather::{self, Store};
 
     fn events(values: &[Value]) -> Vec<Vec<u8>> {
@@ -456,7 +457,7 @@ mod tests {
             file.extend_from_slice(&(header.len() as u16).to_le_bytes());
             file.extend_from_slice(&header);
             file.extend_from_slice(&[7, 9]);
-            STANDARD.encode_to_string(&file)
+            STANDARD.encode(&file)
         };
         let placed = |response: &Value| {
             let rows = gather::gather_from(response, 0, ROUTED_EXPERTS, &Store::memory()).unwrap();
