@@ -582,6 +582,7 @@ mod tests {
             "ShortFile",
             "TooLarge",
             "Misread",
+            "RowShapeNeeded",
         ];
         for kind in EpisodeErrorKind::ALL {
             assert!(!others.contains(&kind.as_str()), "{kind}");

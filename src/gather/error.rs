@@ -120,6 +120,14 @@ pub enum GatherError {
         /// Their size.
         bytes: u64,
     },
+    /// SGLang's rows read without their row shape: the wire has flat ids
+    /// and no `(layers, top_k)`, so their positions cannot be placed.
+    #[non_exhaustive]
+    #[error("response output {item}: SGLang's rows need their row shape (layers, top_k), which is not on the wire")]
+    RowShapeNeeded {
+        /// The output (or, for a response that is no array, 0).
+        item: usize,
+    },
 }
 
 impl GatherError {
@@ -138,6 +146,7 @@ impl GatherError {
             GatherError::ShortFile { .. } => GatherErrorKind::ShortFile,
             GatherError::TooLarge { .. } => GatherErrorKind::TooLarge,
             GatherError::Misread { .. } => GatherErrorKind::Misread,
+            GatherError::RowShapeNeeded { .. } => GatherErrorKind::RowShapeNeeded,
         }
     }
 
@@ -158,7 +167,8 @@ impl GatherError {
             | GatherError::Gap { .. }
             | GatherError::Overlap { .. }
             | GatherError::Io { .. }
-            | GatherError::Misread { .. } => None,
+            | GatherError::Misread { .. }
+            | GatherError::RowShapeNeeded { .. } => None,
         }
     }
 }
@@ -187,11 +197,13 @@ pub enum GatherErrorKind {
     TooLarge,
     /// [`GatherError::Misread`].
     Misread,
+    /// [`GatherError::RowShapeNeeded`].
+    RowShapeNeeded,
 }
 
 impl GatherErrorKind {
     /// Every kind, in the order of the variants of [`GatherError`].
-    pub const ALL: [GatherErrorKind; 10] = [
+    pub const ALL: [GatherErrorKind; 11] = [
         GatherErrorKind::Response,
         GatherErrorKind::NoRows,
         GatherErrorKind::Gap,
@@ -202,6 +214,7 @@ impl GatherErrorKind {
         GatherErrorKind::ShortFile,
         GatherErrorKind::TooLarge,
         GatherErrorKind::Misread,
+        GatherErrorKind::RowShapeNeeded,
     ];
 
     /// The kind's name, which is its variant's: `"ShortFile"`.
@@ -217,6 +230,7 @@ impl GatherErrorKind {
             GatherErrorKind::ShortFile => "ShortFile",
             GatherErrorKind::TooLarge => "TooLarge",
             GatherErrorKind::Misread => "Misread",
+            GatherErrorKind::RowShapeNeeded => "RowShapeNeeded",
         }
     }
 }

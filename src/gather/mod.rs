@@ -22,6 +22,8 @@
 //! - `read.rs`: [`gather`], [`gather_from`] and [`Gathered`], reading rows;
 //! - `field.rs`: [`read_field`], the trainer's reading of a field
 //!   ([`crate::reading`]) through a store;
+//! - `turn.rs`: [`read_piece`], a turn's rows for the episode
+//!   ([`crate::episode`]), wherever the table of places puts them;
 //! - `check.rs`: [`check`], [`check_from`] and [`check_with`] (SGLang's rows
 //!   too), checking a layout;
 //! - `report.rs`: [`CheckReport`] and [`FieldReport`], what `check` found;
@@ -37,6 +39,7 @@ mod read;
 mod report;
 mod sanity;
 mod store;
+mod turn;
 
 pub use check::{check, check_from, check_with};
 pub use error::{GatherError, GatherErrorKind};
@@ -49,6 +52,7 @@ pub use sanity::{
     RowsCheckError, RowsReport,
 };
 pub use store::{Confinement, Store};
+pub use turn::read_piece;
 
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,197 @@
+//! A turn's rows read out of its response, for the episode
+//! ([`crate::episode`]): the rows of one choice, wherever the table of
+//! places puts them, as a [`RowPiece`] with the first position when the
+//! wire says it.
+//!
+//! The episode places rows from the turn's token counts; what the reader
+//! adds is only what the response itself says of their positions. A
+//! compact value carries its `start`, a payload segment its `pos`, SGLang's
+//! ids are placed by the response's own counts, and a `.npy` is placed by
+//! its counts when its choice carries `token_ids` (vLLM 0.32); a `.npy`
+//! without them says nothing of where it starts (upstream's reading is
+//! "from 0", which the episode does not assume: it checks the rows against
+//! the start the turn asked for).
+
+use serde_json::Value;
+
+use crate::codec::Form;
+use crate::episode::{Phase, RowPiece};
+use crate::places::{self, Holder, Holds, RowsKind};
+use crate::response::fields::ROUTED_EXPERTS;
+
+use super::{gather_from, gather_sglang, GatherError, Source, Store};
+
+/// The rows of choice `choice` of `response` as a piece of a turn: a whole
+/// response's (`side` `None`: stitched, or colocated) or one side of a P/D
+/// pair. Rows by handle are read through `store` (confined as it is);
+/// SGLang's ids need their `(layers, top_k)`, which is not on the wire.
+///
+/// For an SGLang batch (a response that is an array of outputs) `choice`
+/// is the output's index, as [`gather_sglang`] takes it.
+///
+/// ```
+/// use pd_stitch::episode::RowPiece;
+/// use pd_stitch::gather::{read_piece, Store};
+/// use serde_json::json;
+///
+/// // Compact rows of 2 positions from position 3, 1 x 2 uint8 each.
+/// let response = json!({"choices": [{"routed_experts":
+///     {"data": "AQIDBA==", "shape": [2, 1, 2], "start": 3, "dtype": "uint8"}}]});
+/// let piece = read_piece(&response, 0, None, &Store::memory(), None)?;
+/// assert_eq!((piece.first(), piece.bytes()), (Some(3), &[1, 2, 3, 4][..]));
+/// assert_eq!(piece.row_shape(), [1, 2]);
+/// # Ok::<(), pd_stitch::gather::GatherError>(())
+/// ```
+///
+/// # Errors
+///
+/// [`GatherError`]: what [`gather_from`] or [`gather_sglang`] refuses, and
+/// [`GatherError::RowShapeNeeded`] for SGLang rows read without their row
+/// shape.
+pub fn read_piece(
+    response: &Value,
+    choice: usize,
+    side: Option<Phase>,
+    store: &Store,
+    row_shape: Option<(u64, u64)>,
+) -> Result<RowPiece, GatherError> {
+    let (rows, first) = if holds_sglang_rows(response, choice) {
+        let (layers, top_k) = row_shape.ok_or(GatherError::RowShapeNeeded { item: choice })?;
+        let rows = gather_sglang(response, choice, layers, top_k)?;
+        let first = rows.positions().start();
+        (rows, Some(first))
+    } else {
+        let rows = gather_from(response, choice, ROUTED_EXPERTS, store)?;
+        let said = match rows.source() {
+            Source::Inline(Form::Npy) => counted(response, choice),
+            Source::Inline(Form::Compact) | Source::Files | Source::Sglang => true,
+        };
+        let first = rows.positions().start();
+        (rows, said.then_some(first))
+    };
+    let dtype = rows.dtype();
+    let shape = rows.row_shape().to_vec();
+    let bytes = rows.into_data();
+    let piece = match side {
+        None => RowPiece::whole(dtype, shape, bytes),
+        Some(Phase::Prefill) => RowPiece::prefill(dtype, shape, bytes),
+        Some(Phase::Decode) => RowPiece::decode(dtype, shape, bytes),
+    };
+    Ok(match first {
+        Some(first) => piece.at(first),
+        None => piece,
+    })
+}
+
+/// Whether the output `item` of `response` (the response itself unless it
+/// is an array) holds SGLang rows at one of the table's places.
+fn holds_sglang_rows(response: &Value, item: usize) -> bool {
+    let output = match response {
+        Value::Array(outputs) => outputs.get(item),
+        _ => Some(response),
+    };
+    let Some(output) = output else {
+        return false;
+    };
+    places::all()
+        .filter(|place| place.holds == Holds::Rows(RowsKind::Sglang))
+        .any(|place| {
+            let holder = match place.holder {
+                Holder::Member(member) => output.get(member),
+                Holder::ChoiceMember(member) => output
+                    .get("choices")
+                    .and_then(|choices| choices.get(0))
+                    .and_then(|choice| choice.get(member)),
+                Holder::Choice => output.get("choices").and_then(|choices| choices.get(item)),
+            };
+            holder
+                .and_then(|holder| holder.get(place.key))
+                .is_some_and(|rows| !rows.is_null())
+        })
+}
+
+/// Whether choice `choice` carries the counts that place its `.npy` (a
+/// count the table holds on the choice, `token_ids`, present and not null).
+fn counted(response: &Value, choice: usize) -> bool {
+    let Some(object) = response.get("choices").and_then(|c| c.get(choice)) else {
+        return false;
+    };
+    places::all()
+        .filter(|place| place.holder == Holder::Choice && place.holds == Holds::Count)
+        .any(|place| object.get(place.key).is_some_and(|v| !v.is_null()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algebra::Dtype;
+    use serde_json::json;
+
+    /// The base64 of a `.npy` of `rows` rows of 1 x 2 uint8, ids from 1.
+    fn npy(rows: u64) -> String {
+        let data: Vec<u8> = (1..=2 * rows as u8).collect();
+        let file = crate::format::inline::npy_file(Dtype::Uint8, &[rows, 1, 2], &data).unwrap();
+        crate::format::inline::encode_base64(&file)
+    }
+
+    #[test]
+    fn a_counted_npy_says_where_it_starts_and_a_bare_one_does_not() {
+        // vLLM 0.32: a prompt of 5, 3 generated, asked from 4: [4, 7).
+        let counted = json!({"usage": {"prompt_tokens": 5},
+            "choices": [{"token_ids": [7, 8, 9], "routed_experts": npy(3)}]});
+        let piece = read_piece(&counted, 0, None, &Store::memory(), None).unwrap();
+        assert_eq!(piece.first(), Some(4));
+        assert_eq!(piece.bytes(), [1, 2, 3, 4, 5, 6]);
+        let bare = json!({"choices": [{"routed_experts": npy(3)}]});
+        let piece = read_piece(&bare, 0, None, &Store::memory(), None).unwrap();
+        assert_eq!(piece.first(), None);
+        assert_eq!(
+            (piece.dtype(), piece.row_shape()),
+            (Dtype::Uint8, &[1, 2][..])
+        );
+    }
+
+    #[test]
+    fn the_side_is_the_callers_and_rows_by_handle_say_their_position() {
+        let mut store = Store::memory();
+        store.write("p.bin", vec![9, 9, 1, 2, 3, 4]).unwrap();
+        let response = json!({"choices": [{"payload": [{"field": "routed_experts", "file": "p.bin",
+            "offset": 2, "pos": 6, "rows": 2, "dtype": "uint8", "shape": [2]}]}]});
+        let piece = read_piece(&response, 0, Some(Phase::Prefill), &store, None).unwrap();
+        assert_eq!(piece.side(), Some(Phase::Prefill));
+        assert_eq!((piece.first(), piece.bytes()), (Some(6), &[1, 2, 3, 4][..]));
+        let decode = read_piece(&response, 0, Some(Phase::Decode), &store, None).unwrap();
+        assert_eq!(decode.side(), Some(Phase::Decode));
+    }
+
+    #[test]
+    fn sglang_rows_are_placed_by_their_counts_given_the_row_shape() {
+        // A prompt of 2, 2 generated: rows [0, 3) of 1 x 1 int32.
+        let ids: Vec<u8> = [5i32, 6, 7].iter().flat_map(|i| i.to_le_bytes()).collect();
+        let rows = crate::format::inline::encode_base64(&ids);
+        let response = json!({"text": "", "meta_info": {"prompt_tokens": 2,
+            "completion_tokens": 2, "routed_experts": rows}});
+        let piece = read_piece(&response, 0, None, &Store::memory(), Some((1, 1))).unwrap();
+        assert_eq!((piece.first(), piece.dtype()), (Some(0), Dtype::Int32));
+        assert_eq!(piece.bytes(), &ids[..]);
+        let err = read_piece(&response, 0, None, &Store::memory(), None).unwrap_err();
+        assert!(
+            matches!(err, GatherError::RowShapeNeeded { item: 0 }),
+            "{err}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "response output 0: SGLang's rows need their row shape (layers, top_k), which is not on the wire"
+        );
+    }
+
+    #[test]
+    fn a_response_without_rows_is_no_rows() {
+        let err =
+            read_piece(&json!({"choices": [{}]}), 0, None, &Store::memory(), None).unwrap_err();
+        assert!(
+            matches!(err, GatherError::NoRows { choice: 0, .. }),
+            "{err}"
+        );
+    }
+}
