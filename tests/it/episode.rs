@@ -285,6 +285,9 @@ proptest! {
         let mut decoded = Vec::new(); // positions whose row is a decode's
         let mut flips = Vec::new();
         for (k, &(new, completion, flip_bits)) in shapes.iter().enumerate() {
+            // A first turn of one token has no row to size the episode's
+            // by (`Unsized`): give it a prompt token.
+            let new = if k == 0 && new + completion as u64 == 1 { 1 } else { new };
             // The prompt: the whole episode so far and `new` tokens more.
             let common = tokens.len();
             let mut prompt = tokens.clone();
@@ -568,6 +571,63 @@ fn piece_length() {
         "turn 1: piece 1's rows of uint8 [1073741824, 1073741824] are too large to hold (as \
          8-byte elements, past isize::MAX bytes)",
     );
+}
+
+/// A row shape sizes the episode's rows only when a row backs it: a first
+/// turn of one token (its only position its last, which has no row) whose
+/// piece holds no row but declares rows of 2^24 bytes would have made the
+/// episode hold a zero row of that size for that position (and 2^59 bytes,
+/// reachable from a response, aborted the process). It is refused, and the
+/// push holds no more than the turn's bookkeeping.
+#[test]
+fn a_row_shape_no_row_backs_sizes_nothing() {
+    let rowless = |shape: Vec<u64>| {
+        Turn::new(vec![], vec![7]).with_piece(RowPiece::whole(Dtype::Uint8, shape, vec![]))
+    };
+    let mut episode = Episode::default();
+    let (held, pushed) = crate::in_place::peak(|| episode.push(rowless(vec![1 << 24])));
+    assert!(held < 64 * 1024, "held {held} bytes for a turn of no row");
+    let err = pushed.unwrap_err();
+    assert_eq!(err.kind(), EpisodeErrorKind::Unsized, "{err}");
+    assert_eq!(
+        err.to_string(),
+        "turn 0: position 0: no row: its pieces hold none, and the episode holds none yet: \
+         its rows are sized by the rows given, not by a row shape no row backs ([16777216] of \
+         uint8)"
+    );
+    assert_eq!(
+        (err.owner(), err.position()),
+        (Some(Owner::Turn(0)), Some(0))
+    );
+    assert_eq!(observed(&episode), observed(&Episode::default()));
+    // 2^59 elements (2^62 bytes once widened, which `PieceLength` lets
+    // through): refused alike, before anything is sized by them.
+    let err = episode.push(rowless(vec![1 << 29, 1 << 30])).unwrap_err();
+    assert_eq!(err.kind(), EpisodeErrorKind::Unsized, "{err}");
+    // Rows given size the episode; a piece of no row beside them is held
+    // to their shape, and then takes no memory of its own.
+    let mut sized = Episode::default();
+    let turn = Turn::new(vec![1], vec![2, 3])
+        .with_piece(RowPiece::prefill(Dtype::Uint8, vec![2], vec![5, 6]))
+        .with_piece(RowPiece::decode(Dtype::Uint8, vec![2], vec![7, 8]).at(1));
+    assert_eq!(sized.push(turn), Ok(0));
+    let (held, pushed) = crate::in_place::peak(|| {
+        sized.push(
+            Turn::new(vec![1, 2], vec![9])
+                .with_start(2)
+                .with_piece(RowPiece::whole(Dtype::Uint8, vec![2], vec![])),
+        )
+    });
+    assert_eq!(pushed, Ok(1));
+    assert!(held < 64 * 1024, "held {held} bytes");
+    let err = sized
+        .push(
+            Turn::new(vec![1, 2], vec![4])
+                .with_start(2)
+                .with_piece(RowPiece::whole(Dtype::Uint8, vec![1 << 24], vec![])),
+        )
+        .unwrap_err();
+    assert_eq!(err.kind(), EpisodeErrorKind::PieceRowShape, "{err}");
 }
 
 #[test]
