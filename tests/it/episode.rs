@@ -1507,6 +1507,29 @@ mod read {
         }
     }
 
+    /// A turn's response given as text that is not JSON (as the Python
+    /// binding parses bytes and str): the turn named once, the response
+    /// once ("response response" before), a pair's side as the side.
+    #[test]
+    fn text_that_is_not_json_names_the_turn_and_the_response_once() {
+        use pd_stitch::gather::{GatherError, TurnReadError};
+        use pd_stitch::Side;
+        let err = |side: Side, phase: Option<Phase>| {
+            let json = pd_stitch::bytes::parse(side, b"{").unwrap_err();
+            TurnReadError::new(2, phase, GatherError::from(json)).to_string()
+        };
+        assert_eq!(
+            err(Side::Response, None),
+            "turn 2: response: invalid JSON at byte 0: EOF while parsing an object at line 1 \
+             column 1"
+        );
+        assert_eq!(
+            err(Side::Prefill, Some(Phase::Prefill)),
+            "turn 2 (prefill): prefill response: invalid JSON at byte 0: EOF while parsing an \
+             object at line 1 column 1"
+        );
+    }
+
     /// A response declaring rows of 2^59 elements and holding none, for a
     /// first turn of one token, is `Unsized`, not an abort; any later
     /// turn's such piece is held to the episode's row shape.
