@@ -1,6 +1,6 @@
 //! `pd-stitch episode`: the committed three-turn example (`examples/episode/`,
 //! made by `examples/make_examples.py`) as a table, as JSON and as a `.npy`
-//! read back, and every error: exit status 1, one line
+//! read back, the README's output, and every error: exit status 1, one line
 //! on stderr naming the turn (and the position, where there is one),
 //! nothing on stdout.
 
@@ -63,7 +63,7 @@ fn compact(from: u64, to: u64) -> Value {
         "shape": [to - from, 2, 4], "start": from, "dtype": "uint16"})
 }
 
-/// The table of the example.
+/// The table of the example, as the README shows it.
 const TABLE: &str = "\
 turn  continues  common  positions  start  rows taken  compared  differing  differing at
 0     -               0          5      0           4         0          0  -
@@ -94,6 +94,17 @@ fn the_example_prints_a_table_of_its_turns() {
         text.ends_with("uint16 [2, 4], latest; 9 compared, 1 differing\n"),
         "{text}"
     );
+}
+
+/// The README's console block of `pd-stitch episode` is what it prints.
+#[test]
+fn the_readme_shows_the_commands_real_output() {
+    let readme = std::fs::read_to_string(crate::repo("README.md")).unwrap();
+    let command = format!("$ pd-stitch {}\n", EXAMPLE.join(" "));
+    let at = readme.find(&command).expect("the README runs the example");
+    let shown = &readme[at + command.len()..];
+    let shown = &shown[..shown.find("```").unwrap()];
+    assert_eq!(shown, TABLE);
 }
 
 /// `--npy` writes `(positions, layers, top_k)` in the turns' dtype: the
