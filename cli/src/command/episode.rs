@@ -65,7 +65,7 @@ pub struct EpisodeArgs {
 }
 
 /// One line, as read: the turn's tokens and start, and its responses.
-struct Line {
+struct TurnLine {
     prompt: Vec<u64>,
     completion: Vec<u64>,
     start: Option<u64>,
@@ -151,7 +151,7 @@ fn response(
 }
 
 /// The turn of one line.
-fn line(at: &At<'_>, text: &str, folder: &Path) -> Result<Line, String> {
+fn line(at: &At<'_>, text: &str, folder: &Path) -> Result<TurnLine, String> {
     let value: Value =
         serde_json::from_str(text).map_err(|e| at.error(format!("not JSON: {e}")))?;
     let Value::Object(object) = value else {
@@ -181,7 +181,7 @@ fn line(at: &At<'_>, text: &str, folder: &Path) -> Result<Line, String> {
         }
         (None, _, _) => return Err(at.error("a P/D pair needs both \"prefill\" and \"decode\"")),
     };
-    Ok(Line {
+    Ok(TurnLine {
         prompt,
         completion,
         start,
@@ -193,7 +193,7 @@ fn line(at: &At<'_>, text: &str, folder: &Path) -> Result<Line, String> {
 fn push(
     episode: &mut Episode,
     turn: usize,
-    line: Line,
+    line: TurnLine,
     store: &Store,
     row_shape: Option<(u64, u64)>,
 ) -> Result<(), String> {
