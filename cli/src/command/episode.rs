@@ -109,18 +109,19 @@ fn token_ids(at: &At<'_>, object: &Map<String, Value>, key: &str) -> Result<Vec<
         .collect()
 }
 
-/// The response under `key` (a side's, for a pair): inline as an object or
-/// as JSON text, or in the file `KEY_file` names. `None` when neither is
+/// The response under `key` (a side's, for a pair), taken out of the line:
+/// inline as a JSON value (an object, or an SGLang batch's array) or as
+/// JSON text, or in the file `KEY_file` names. `None` when neither is
 /// given.
 fn response(
     at: &At<'_>,
-    object: &Map<String, Value>,
+    object: &mut Map<String, Value>,
     key: &str,
     side: Option<Phase>,
     folder: &Path,
 ) -> Result<Option<Value>, String> {
     let file_key = format!("{key}_file");
-    match (object.get(key), object.get(&file_key)) {
+    match (object.remove(key), object.get(&file_key)) {
         (None, None) => Ok(None),
         (Some(_), Some(_)) => Err(at.error(format!("give {key:?} or {file_key:?}, not both"))),
         (Some(Value::String(text)), None) => {
@@ -137,7 +138,10 @@ fn response(
                     TurnReadError::new(at.turn, side, GatherError::from(err)).to_string()
                 })
         }
-        (Some(value), None) => Ok(Some(value.clone())),
+        (Some(value @ (Value::Object(_) | Value::Array(_))), None) => Ok(Some(value)),
+        (Some(_), None) => Err(at.error(format!(
+            "{key} must be a response (a JSON object), or a string of its JSON text"
+        ))),
         (None, Some(Value::String(name))) => {
             let path = folder.join(name);
             let bytes = fs::read(&path)
@@ -154,7 +158,7 @@ fn response(
 fn line(at: &At<'_>, text: &str, folder: &Path) -> Result<TurnLine, String> {
     let value: Value =
         serde_json::from_str(text).map_err(|e| at.error(format!("not JSON: {e}")))?;
-    let Value::Object(object) = value else {
+    let Value::Object(mut object) = value else {
         return Err(at.error("a turn is a JSON object"));
     };
     let prompt = token_ids(at, &object, "prompt_token_ids")?;
@@ -167,9 +171,9 @@ fn line(at: &At<'_>, text: &str, folder: &Path) -> Result<TurnLine, String> {
                 .ok_or_else(|| at.error("start must be None or a non-negative integer"))?,
         ),
     };
-    let whole = response(at, &object, "response", None, folder)?;
-    let prefill = response(at, &object, "prefill", Some(Phase::Prefill), folder)?;
-    let decode = response(at, &object, "decode", Some(Phase::Decode), folder)?;
+    let whole = response(at, &mut object, "response", None, folder)?;
+    let prefill = response(at, &mut object, "prefill", Some(Phase::Prefill), folder)?;
+    let decode = response(at, &mut object, "decode", Some(Phase::Decode), folder)?;
     let responses = match (whole, prefill, decode) {
         (Some(whole), None, None) => (whole, None),
         (None, Some(prefill), Some(decode)) => (prefill, Some(decode)),

@@ -374,6 +374,13 @@ fn every_error_exits_1_with_one_line_naming_the_turn() {
             format!("{file} line 3: turn 2: give \"response\" or \"response_file\", not both"),
         ),
         (
+            with(1, &|t| t["response"] = json!(7)),
+            format!(
+                "{file} line 2: turn 1: response must be a response (a JSON object), or a \
+                 string of its JSON text"
+            ),
+        ),
+        (
             with(2, &|t| t["response_file"] = json!(7)),
             format!("{file} line 3: turn 2: response_file must be a path (a string)"),
         ),
