@@ -107,10 +107,9 @@ impl TurnInput {
         })?;
         let prompt = token_ids(turn, dict, "prompt_token_ids")?;
         let completion = token_ids(turn, dict, "completion_token_ids")?;
+        let bad_start = |_| malformed(turn, "start must be None or a non-negative integer");
         let start = match dict.get_item("start")? {
-            Some(start) if !start.is_none() => Some(start.extract::<u64>().map_err(|_| {
-                malformed(turn, "start must be None or a non-negative integer")
-            })?),
+            Some(start) if !start.is_none() => Some(start.extract::<u64>().map_err(bad_start)?),
             _ => None,
         };
         let given = |key: &str| dict.get_item(key);
@@ -259,6 +258,9 @@ pub(crate) fn assemble_episode<'py>(
     let mut shape = vec![assembled.len()];
     shape.extend_from_slice(assembled.row_shape());
     let dtype = assembled.dtype();
-    out.set_item("rows", rows_array(py, assembled.into_rows(), dtype, &shape)?)?;
+    out.set_item(
+        "rows",
+        rows_array(py, assembled.into_rows(), dtype, &shape)?,
+    )?;
     Ok(out)
 }
