@@ -84,7 +84,56 @@ def broken():
         seg("routed_experts", "no-such-file.bin", 0, 0, 3)]}]})
 
 
+def npy_file(descr, shape, data):
+    """A version 1.0 .npy file, as numpy.save writes it."""
+    dims = ", ".join("%d" % d for d in shape) + ("," if len(shape) == 1 else "")
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (descr, dims)
+    header += " " * (63 - (10 + len(header)) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + data
+
+
+def episode():
+    """Three turns of one chat, each answered another way, for
+    `pd-stitch episode` (README "The episode"). Turn 0 (prompt 11 12 13,
+    completion 14 15) is a P/D pair by handle, the decode's own row for the
+    prompt's last position wrong; turn 1 repeats turn 0 and adds 16 17,
+    generates 18 19 20, and asked for rows from L - 1 = 4 (inline compact,
+    in the JSONL line): its first row is the boundary, turn 0's last token;
+    turn 2 adds 21, generates 22 23, and asked for all its rows (a .npy
+    placed by its counts), its row of position 6 routed otherwise (a
+    re-prefill: 650 + k), which turn 1's keeps under --prefer earliest."""
+    d = "examples/episode"
+    os.makedirs(d, exist_ok=True)
+    b64 = lambda data: base64.b64encode(data).decode()
+    with open(f"{d}/p0.bin", "wb") as f:
+        f.write(b"".join(row(x) for x in range(3)))
+    with open(f"{d}/d0.bin", "wb") as f:
+        f.write(row(2, True) + row(3))
+    write(f"{d}/t0.prefill.json", {"choices": [{"index": 0, "token_ids": [14], "payload": [
+        seg("routed_experts", "p0.bin", 0, 0, 3)]}]})
+    write(f"{d}/t0.decode.json", {"choices": [{"index": 0, "token_ids": [14, 15], "payload": [
+        seg("routed_experts", "d0.bin", 0, 2, 2)]}]})
+    rerouted = struct.pack("<%dH" % ELEMS, *[650 + k for k in range(ELEMS)])
+    rows2 = b"".join(rerouted if x == 6 else row(x) for x in range(12))
+    write(f"{d}/t2.json", {"usage": {"prompt_tokens": 11}, "choices": [{
+        "index": 0, "token_ids": [22, 23], "routed_experts": b64(npy_file("<u2", [12] + SHAPE, rows2))}]})
+    t1 = {"data": b64(b"".join(row(x) for x in range(4, 9))), "shape": [5] + SHAPE, "start": 4,
+          "dtype": "uint16"}
+    lines = [
+        {"prompt_token_ids": [11, 12, 13], "completion_token_ids": [14, 15],
+         "prefill_file": "t0.prefill.json", "decode_file": "t0.decode.json"},
+        {"prompt_token_ids": [11, 12, 13, 14, 15, 16, 17], "completion_token_ids": [18, 19, 20],
+         "start": 4, "response": {"choices": [{"index": 0, "routed_experts": t1}]}},
+        {"prompt_token_ids": [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21],
+         "completion_token_ids": [22, 23], "response_file": "t2.json"},
+    ]
+    with open(f"{d}/turns.jsonl", "w") as f:
+        for line in lines:
+            f.write(json.dumps(line) + "\n")
+
+
 if __name__ == "__main__":
     seed()
     inline()
     broken()
+    episode()

@@ -13,10 +13,11 @@ _Prefill = Union[bytes, bytearray, str, Dict[str, Any]]
 _Path = Union[str, "PathLike[str]"]
 
 class StitchError(ValueError):
-    """A merge, gather or check failed; the input is unchanged."""
+    """A merge, gather, check or episode failed; the input is unchanged."""
 
     kind: str
-    """The Rust error's variant, e.g. "MissingPrefillField" or "Json"."""
+    """The Rust error's variant, e.g. "MissingPrefillField", "Json" or, for
+    an episode, "RowGap"."""
     location: Optional[str]
     """The JSON path the error names, e.g. "decode choices[1].payload[3].rows";
     None for invalid JSON and for errors about a file."""
@@ -102,6 +103,63 @@ def check_rows(
     "position", "layer", "kind", "id", "experts", "ids"}], "unreadable":
     [{"choice", "error"}]}``: the first ``limit`` findings, all counted.
     SGLang's rows are read with ``row_shape=(layers, top_k)``."""
+
+def assemble_episode(
+    turns: Iterable[Dict[str, Any]],
+    *,
+    prefer: str = "earliest",
+    row_shape: Optional[Tuple[int, int]] = None,
+    allow: Sequence[_Path] = (),
+    root: _Path = ".",
+) -> Dict[str, Any]:
+    """The rows of a multi-turn episode, one per position of its token
+    sequence, assembled from its turns' responses by one rule (the Rust
+    library's ``pd_stitch::episode``; README "The episode").
+
+    Each turn is a dict: ``"prompt_token_ids"`` (all of the prompt, the
+    earlier turns' tokens included), ``"completion_token_ids"`` (choice 0's),
+    ``"start"`` (the start it asked the engine for, e.g. vLLM's
+    ``routed_experts_prompt_start``; None or absent: 0), and its rows as
+    ``"response"`` (dict, bytes, bytearray or str: stitched by a router, or a
+    colocated server's; choice 0, or an SGLang batch's output 0) or as a P/D
+    pair, ``"prefill"`` and ``"decode"`` (the two unstitched responses: the
+    prefill's rows win where they overlap, the prompt's last position, as
+    stitching takes them). Other keys are ignored. Rows are placed from the
+    turn's token counts and the start it asked for, never from their count
+    alone; a turn continues the earlier turn sharing its longest token prefix.
+
+    ``prefer="earliest"`` keeps at each position the first row computed for it
+    (the boundary, the last token of the turn continued, takes the next
+    turn's); ``"latest"`` the last turn's. Rows by handle are read only
+    inside ``root`` and the ``allow`` directories; SGLang's rows need
+    ``row_shape=(layers, top_k)``. The GIL is released while turns are read
+    and assembled; the inputs are not modified.
+
+    Returns a dict:
+
+    - ``"rows"``: ``(len, layers, top_k)`` (``(len, *row_shape)``), the widest
+      dtype of the turns' as NumPy promotes them; the last position's row is
+      zeros (its token was never fed back);
+    - ``"has_row"``: bool ``(len,)``, False at the last position only;
+    - ``"turn"``: int32 ``(len,)``, the turn each row came from, -1 where none;
+    - ``"from_decode"``: bool ``(len,)``, the row was a decode's (a P/D pair's
+      decode, or a whole response's rows from the prompt's end on);
+    - ``"overlaps"``: one dict per turn, ``{"compared": int, "differed":
+      [positions]}``: where its rows met rows already there, and where they
+      differed (not an error: re-prefill and prefix caching make them
+      differ);
+    - ``"len"``: the number of positions, the last turn's prompt and
+      completion.
+
+    Raises ``StitchError`` naming the turn: an episode's check (``.kind`` one
+    of NoCompletion, ExtendsNoTurn, StartBeyondPrefix, NoPieces,
+    PieceLength, Counts, StartNotAsked, PieceRowShape, PieceDtype, Unsized,
+    RowGap, NoTurns; ``.location`` None), or a response that cannot be read
+    (``.kind`` the reader's, e.g. Base64, Json, NoRows, Outside,
+    RowShapeNeeded; ``.location`` the JSON value at fault, if any), e.g.
+    ``"turn 2: response choices[0].routed_experts.data: invalid base64 ..."``
+    or ``"turn 1 (decode): ..."``. A turn that is not a dict is a
+    ``TypeError``; a dict without its tokens or rows, a ``ValueError``."""
 
 class StreamStitcher:
     """Stitches one decode stream (server-sent events) with the prefill's

@@ -1,5 +1,5 @@
-//! `pd-stitch`: merge, check, gather and compare P/D responses, probe live
-//! endpoints, simulate a
+//! `pd-stitch`: merge, check, gather and compare P/D responses, assemble a
+//! multi-turn episode's rows, probe live endpoints, simulate a
 //! P/D deployment to show the stitched rows are right, and print shell
 //! completions.
 //!
@@ -53,6 +53,16 @@ enum Command {
         after_help = "Example:\n  pd-stitch compare merged.json examples/seed/decode.json --root-a examples/seed --root-b examples/seed --svg map.svg"
     )]
     Compare(command::compare::CompareArgs),
+    /// Assemble a multi-turn episode's rows from its turns' responses (a
+    /// JSONL, one turn a line, as pd_stitch.assemble_episode takes them):
+    /// rows placed from each turn's token counts and the start it asked
+    /// for, joined by their common token prefix, one row a position by one
+    /// rule. Prints a table of the turns (or --json), writes the rows with
+    /// --npy.
+    #[command(
+        after_help = "Example:\n  pd-stitch episode examples/episode/turns.jsonl --root examples/episode --npy episode.npy"
+    )]
+    Episode(command::episode::EpisodeArgs),
     /// Send the same requests to a colocated server and to a P/D deployment
     /// (its router), and compare the answers' tokens and rows position by
     /// position: each difference classified (boundary, whole rows,
@@ -91,6 +101,7 @@ fn run(command: Command, quiet: bool) -> Result<ExitCode, String> {
         Command::Check(args) => command::check::run(args, quiet),
         Command::Gather(args) => command::gather::run(args),
         Command::Compare(args) => command::compare::run(args, quiet),
+        Command::Episode(args) => command::episode::run(args),
         Command::Probe(args) => command::probe::run(args, quiet),
         Command::Completions(args) => command::completions::run(args),
         Command::Simulate(args) => command::simulate::run(args, quiet),

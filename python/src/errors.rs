@@ -1,7 +1,8 @@
 //! `StitchError`, and the crate's errors as one: `.kind` from
 //! `ErrorKind::as_str()`, `.location` the JSON path the error names.
 
-use pd_stitch::gather::GatherError;
+use pd_stitch::episode::EpisodeError;
+use pd_stitch::gather::{GatherError, TurnReadError};
 use pd_stitch::{Error, ErrorKind};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -10,9 +11,9 @@ pyo3::create_exception!(
     pd_stitch,
     StitchError,
     PyValueError,
-    "Why a merge, gather or check failed. `.kind` is the Rust error's variant \
-     (e.g. \"MissingPrefillField\"), `.location` the JSON path it names (e.g. \
-     \"decode choices[1].payload[3].rows\") or None."
+    "Why a merge, gather, check or episode failed. `.kind` is the Rust error's \
+     variant (e.g. \"MissingPrefillField\", \"RowGap\"), `.location` the JSON path \
+     it names (e.g. \"decode choices[1].payload[3].rows\") or None."
 );
 
 pub(crate) fn raise(
@@ -54,4 +55,21 @@ pub(crate) fn gather_error(py: Python<'_>, err: &GatherError) -> PyErr {
             other.location().map(ToString::to_string),
         ),
     }
+}
+
+/// A turn's reading error: its text names the turn (and a pair's side),
+/// `.kind` the reader's (the response's own kind for a malformed value),
+/// `.location` the value at fault (None for invalid JSON, as a merge's).
+pub(crate) fn turn_read_error(py: Python<'_>, err: &TurnReadError) -> PyErr {
+    let location = match err.error() {
+        GatherError::Response(inner) if inner.kind() == ErrorKind::Json => None,
+        _ => err.location().map(ToString::to_string),
+    };
+    raise(py, err.to_string(), err.kind_name(), location)
+}
+
+/// An episode's error: its text names the turn and the position; it is
+/// about no JSON value, so `.location` is None.
+pub(crate) fn episode_error(py: Python<'_>, err: &EpisodeError) -> PyErr {
+    raise(py, err.to_string(), err.kind().as_str(), None)
 }

@@ -1,6 +1,7 @@
 //! `pd_stitch` for Python: the P/D merges of the `pd-stitch` crate on the
 //! types a Python proxy or trainer holds (`bytes`, `bytearray`, `str`,
-//! `dict`), and `gather`/`check` to read rows back into NumPy.
+//! `dict`), `gather`/`check` to read rows back into NumPy, and
+//! `assemble_episode` for a multi-turn episode's rows.
 //!
 //! Why each path is shaped the way it is:
 //!
@@ -35,7 +36,8 @@
 
 //! The modules: `errors` (`StitchError`), `conversion` (Python objects in
 //! and out), `merges` (the four merge functions), `readers` (`gather`,
-//! `check` and `check_rows`), `stream` (`StreamStitcher`), `detached_bytes` and `bytearray_buffer`
+//! `check` and `check_rows`), `episode` (`assemble_episode`), `stream`
+//! (`StreamStitcher`), `detached_bytes` and `bytearray_buffer`
 //! (the unsafe code); this file holds the
 //! module definition.
 
@@ -44,6 +46,7 @@
 mod bytearray_buffer;
 mod conversion;
 mod detached_bytes;
+mod episode;
 mod errors;
 mod merges;
 mod readers;
@@ -65,5 +68,6 @@ fn python_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(readers::check_rows, m)?)?;
     m.add_class::<stream::StreamStitcher>()?;
     m.add_function(wrap_pyfunction!(readers::read_field, m)?)?;
+    m.add_function(wrap_pyfunction!(episode::assemble_episode, m)?)?;
     Ok(())
 }

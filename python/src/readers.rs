@@ -48,11 +48,23 @@ pub(crate) fn gather_rows<'py>(
         .detach(|| gather::gather_from(&value, choice, field, &store))
         .map_err(|e| gather_error(py, &e))?;
     let start = rows.positions().start();
-    let mut shape: Vec<usize> = Vec::new();
-    for dim in rows.shape() {
-        shape.push(usize::try_from(dim).map_err(|_| PyValueError::new_err("shape too large"))?);
+    let (dtype, shape) = (rows.dtype(), rows.shape());
+    Ok((start, rows_array(py, rows.into_data(), dtype, &shape)?))
+}
+
+/// `data` (little-endian elements of `dtype`) as a NumPy array of `shape`,
+/// without copying: the bytes become the array's buffer.
+pub(crate) fn rows_array<'py>(
+    py: Python<'py>,
+    data: Vec<u8>,
+    dtype: Dtype,
+    shape: &[u64],
+) -> PyResult<Bound<'py, PyAny>> {
+    let mut dims: Vec<usize> = Vec::new();
+    for &dim in shape {
+        dims.push(usize::try_from(dim).map_err(|_| PyValueError::new_err("shape too large"))?);
     }
-    let dtype = rows.dtype().to_string();
+    let dtype = dtype.to_string();
     let numpy = py.import("numpy")?;
     let np_dtype = numpy
         .getattr("dtype")?
@@ -63,12 +75,10 @@ pub(crate) fn gather_rows<'py>(
             ))
         })?
         .call_method1("newbyteorder", ("<",))?;
-    // The bytes read become the array's buffer: no copy.
-    let bytes = PyArray1::<u8>::from_vec(py, rows.into_data());
-    let array = bytes
+    let bytes = PyArray1::<u8>::from_vec(py, data);
+    bytes
         .call_method1("view", (np_dtype,))?
-        .call_method1("reshape", (shape,))?;
-    Ok((start, array))
+        .call_method1("reshape", (dims,))
 }
 
 /// What `pd-stitch check` reports: one dict per choice and field (per item,

@@ -186,6 +186,23 @@ pub enum EpisodeError {
         /// The piece's.
         found: Dtype,
     },
+    /// A turn whose pieces hold no row, pushed onto an episode holding
+    /// none: the episode's rows are sized by the rows given, so a row shape
+    /// no row backs sizes nothing (it is only the input's declaration, and
+    /// would make the episode hold a zero row of that size for the turn's
+    /// last position). Only a first turn of one token can be so: any other
+    /// has a position before its last, which needs a row.
+    #[non_exhaustive]
+    Unsized {
+        /// The turn.
+        turn: usize,
+        /// The start asked (0 when none was), where its rows would start.
+        position: u64,
+        /// The dtype its pieces declare.
+        dtype: Dtype,
+        /// The row shape they declare.
+        row_shape: Vec<u64>,
+    },
     /// A position of the turn's path, before its last, with no row once
     /// the turn is placed: below the start, a position no earlier turn
     /// computed (the boundary, when a delta start was one too late), or
@@ -225,6 +242,7 @@ impl EpisodeError {
             EpisodeError::StartNotAsked { .. } => EpisodeErrorKind::StartNotAsked,
             EpisodeError::PieceRowShape { .. } => EpisodeErrorKind::PieceRowShape,
             EpisodeError::PieceDtype { .. } => EpisodeErrorKind::PieceDtype,
+            EpisodeError::Unsized { .. } => EpisodeErrorKind::Unsized,
             EpisodeError::RowGap { .. } => EpisodeErrorKind::RowGap,
             EpisodeError::NoTurns => EpisodeErrorKind::NoTurns,
         }
@@ -239,6 +257,7 @@ impl EpisodeError {
             | EpisodeError::StartBeyondPrefix { turn, .. }
             | EpisodeError::NoPieces { turn, .. }
             | EpisodeError::StartNotAsked { turn, .. }
+            | EpisodeError::Unsized { turn, .. }
             | EpisodeError::RowGap { turn, .. } => Some(Owner::Turn(*turn)),
             EpisodeError::PieceLength { owner, .. }
             | EpisodeError::Counts { owner, .. }
@@ -262,6 +281,7 @@ impl EpisodeError {
             EpisodeError::StartNotAsked { first, .. } => Some(*first),
             EpisodeError::PieceRowShape { position, .. }
             | EpisodeError::PieceDtype { position, .. }
+            | EpisodeError::Unsized { position, .. }
             | EpisodeError::RowGap { position, .. } => Some(*position),
             EpisodeError::NoTurns => None,
         }
@@ -441,6 +461,17 @@ impl fmt::Display for EpisodeError {
                  floats likewise; integers and floats, bool and another dtype, or uint64 and a \
                  signed integer do not mix)"
             ),
+            EpisodeError::Unsized {
+                turn,
+                position,
+                dtype,
+                row_shape,
+            } => write!(
+                f,
+                "turn {turn}: position {position}: no row: its pieces hold none, and the episode \
+                 holds none yet: its rows are sized by the rows given, not by a row shape no row \
+                 backs ({row_shape:?} of {dtype})"
+            ),
             EpisodeError::RowGap {
                 turn,
                 position,
@@ -496,6 +527,8 @@ pub enum EpisodeErrorKind {
     PieceRowShape,
     /// [`EpisodeError::PieceDtype`].
     PieceDtype,
+    /// [`EpisodeError::Unsized`].
+    Unsized,
     /// [`EpisodeError::RowGap`].
     RowGap,
     /// [`EpisodeError::NoTurns`].
@@ -504,7 +537,7 @@ pub enum EpisodeErrorKind {
 
 impl EpisodeErrorKind {
     /// Every kind, in the order of the variants of [`EpisodeError`].
-    pub const ALL: [EpisodeErrorKind; 11] = [
+    pub const ALL: [EpisodeErrorKind; 12] = [
         EpisodeErrorKind::NoCompletion,
         EpisodeErrorKind::ExtendsNoTurn,
         EpisodeErrorKind::StartBeyondPrefix,
@@ -514,6 +547,7 @@ impl EpisodeErrorKind {
         EpisodeErrorKind::StartNotAsked,
         EpisodeErrorKind::PieceRowShape,
         EpisodeErrorKind::PieceDtype,
+        EpisodeErrorKind::Unsized,
         EpisodeErrorKind::RowGap,
         EpisodeErrorKind::NoTurns,
     ];
@@ -530,6 +564,7 @@ impl EpisodeErrorKind {
             EpisodeErrorKind::StartNotAsked => "StartNotAsked",
             EpisodeErrorKind::PieceRowShape => "PieceRowShape",
             EpisodeErrorKind::PieceDtype => "PieceDtype",
+            EpisodeErrorKind::Unsized => "Unsized",
             EpisodeErrorKind::RowGap => "RowGap",
             EpisodeErrorKind::NoTurns => "NoTurns",
         }

@@ -22,7 +22,9 @@
 //! boundary, decode-sourced or scattered ([`Finding`]).
 //!
 //! Pure: no I/O and no JSON. Reading a turn's rows out of a response is
-//! its reader's work; this module takes them as [`RowPiece`]s (dtype, row
+//! its reader's work (with the `verify` feature, `gather::read_turn`, which
+//! the Python binding and `pd-stitch episode` call); this module takes them
+//! as [`RowPiece`]s (dtype, row
 //! shape, bytes, a first position when the wire says one, and the side of
 //! a P/D pair when there are two). `docs/SPEC.md`, "The episode", states
 //! the rules and the laws, with the tests that check them.

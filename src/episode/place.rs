@@ -12,6 +12,10 @@
 //! - a decode's cover `[E - R, E)`: a decode starts where its engine does
 //!   (vLLM at `P - 1`, or at 0 when it recomputes the prompt).
 //!
+//! The first rows given size the episode's rows (their dtype and row shape);
+//! a turn bringing none to an episode holding none is refused, so that no
+//! row shape a response merely declares sizes anything.
+//!
 //! A first position the wire says must agree: the rows from it must end at
 //! `E` (`P` for a prefill), else the counts fit neither a full nor a delta
 //! response. Pieces overlap where a P/D pair does (the decode's first
@@ -145,8 +149,10 @@ pub(crate) fn place(
     let mut format = held.map(|(dtype, shape)| (dtype, shape.to_vec()));
     let mut taken: Vec<Rows> = Vec::with_capacity(turn.pieces().len());
     let mut runs = Vec::new();
+    let mut given = 0u64;
     for (k, piece) in turn.pieces().iter().enumerate() {
         let rows = row_count(owner, k, piece)?;
+        given = given.saturating_add(rows);
         let side = piece.side();
         let must_end = if side == Some(Phase::Prefill) {
             prompt
@@ -222,6 +228,17 @@ pub(crate) fn place(
     let Some((dtype, row_shape)) = format else {
         return Err(EpisodeError::NoPieces { turn: index, asked });
     };
+    // The episode's rows are sized by rows given: a row shape no row backs
+    // (a piece's declaration, from the input) would make the episode hold a
+    // zero row of that size for the turn's last position.
+    if held.is_none() && given == 0 {
+        return Err(EpisodeError::Unsized {
+            turn: index,
+            position: asked,
+            dtype,
+            row_shape,
+        });
+    }
     Ok(Placement {
         runs,
         dtype,

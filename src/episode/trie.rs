@@ -172,8 +172,10 @@ impl Episode {
     /// delta response ([`EpisodeError::Counts`]), a start other than the one
     /// asked ([`EpisodeError::StartNotAsked`]), another row shape
     /// ([`EpisodeError::PieceRowShape`]), a dtype that does not widen with
-    /// the episode's ([`EpisodeError::PieceDtype`]); last, the first position
-    /// without a row ([`EpisodeError::RowGap`]).
+    /// the episode's ([`EpisodeError::PieceDtype`]); then, onto an episode
+    /// holding no row yet, pieces holding none ([`EpisodeError::Unsized`]:
+    /// the rows are sized by rows given, never by a declared row shape);
+    /// last, the first position without a row ([`EpisodeError::RowGap`]).
     pub fn push(&mut self, turn: Turn) -> Result<usize, EpisodeError> {
         let index = self.pushed.len();
         let prompt = turn.prompt().len();
@@ -424,7 +426,9 @@ impl Episode {
     fn widen_to(&mut self, dtype: Dtype, row_shape: Vec<u64>) -> (Dtype, usize) {
         match &mut self.format {
             None => {
-                // `place` checked that a row's size fits, in the widest dtype.
+                // `place` checked that a row's size fits, in the widest
+                // dtype, and that a row of this shape was given: the
+                // episode's memory follows its input.
                 let elements = row_shape.iter().product::<u64>() as usize;
                 self.format = Some(RowFormat {
                     dtype,

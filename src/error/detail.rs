@@ -219,7 +219,9 @@ pub enum ErrorDetail {
     /// JSON as `serde_json` reads it: not UTF-8, a syntax error, anything but
     /// whitespace after the value, or nesting deeper than 128 levels.
     #[non_exhaustive]
-    #[error("{side} response: invalid JSON at byte {offset}: {message}")]
+    // The side's response as a location names it: "prefill response",
+    // and a response read on its own just "response".
+    #[error("{}: invalid JSON at byte {offset}: {message}", Location::root(*side))]
     Json {
         /// Which response.
         side: Side,

@@ -22,8 +22,10 @@
 //! - `read.rs`: [`gather`], [`gather_from`] and [`Gathered`], reading rows;
 //! - `field.rs`: [`read_field`], the trainer's reading of a field
 //!   ([`crate::reading`]) through a store;
-//! - `turn.rs`: [`read_piece`], a turn's rows for the episode
-//!   ([`crate::episode`]), wherever the table of places puts them;
+//! - `turn.rs`: [`read_piece`] and [`read_turn`], a turn's rows for the
+//!   episode ([`crate::episode`]), wherever the table of places puts them,
+//!   and [`TurnReadError`], naming the turn;
+//! - `npy.rs`: [`npy_file`], rows as a `.npy` file (the episode's);
 //! - `check.rs`: [`check`], [`check_from`] and [`check_with`] (SGLang's rows
 //!   too), checking a layout;
 //! - `report.rs`: [`CheckReport`] and [`FieldReport`], what `check` found;
@@ -35,6 +37,7 @@
 mod check;
 mod error;
 mod field;
+mod npy;
 mod read;
 mod report;
 mod sanity;
@@ -44,6 +47,7 @@ mod turn;
 pub use check::{check, check_from, check_with};
 pub use error::{GatherError, GatherErrorKind};
 pub use field::{read_choice_field, read_field};
+pub use npy::npy_file;
 pub(crate) use read::coverage;
 pub use read::{gather, gather_from, gather_runs_from, gather_sglang, Gathered, Source};
 pub use report::{CheckReport, FieldReport};
@@ -52,7 +56,7 @@ pub use sanity::{
     RowsCheckError, RowsReport,
 };
 pub use store::{Confinement, Store};
-pub use turn::read_piece;
+pub use turn::{read_piece, read_turn, TurnReadError, TurnResponses};
 
 #[cfg(test)]
 mod tests;

@@ -285,6 +285,9 @@ proptest! {
         let mut decoded = Vec::new(); // positions whose row is a decode's
         let mut flips = Vec::new();
         for (k, &(new, completion, flip_bits)) in shapes.iter().enumerate() {
+            // A first turn of one token has no row to size the episode's
+            // by (`Unsized`): give it a prompt token.
+            let new = if k == 0 && new + completion as u64 == 1 { 1 } else { new };
             // The prompt: the whole episode so far and `new` tokens more.
             let common = tokens.len();
             let mut prompt = tokens.clone();
@@ -568,6 +571,63 @@ fn piece_length() {
         "turn 1: piece 1's rows of uint8 [1073741824, 1073741824] are too large to hold (as \
          8-byte elements, past isize::MAX bytes)",
     );
+}
+
+/// A row shape sizes the episode's rows only when a row backs it: a first
+/// turn of one token (its only position its last, which has no row) whose
+/// piece holds no row but declares rows of 2^24 bytes would have made the
+/// episode hold a zero row of that size for that position (and 2^59 bytes,
+/// reachable from a response, aborted the process). It is refused, and the
+/// push holds no more than the turn's bookkeeping.
+#[test]
+fn a_row_shape_no_row_backs_sizes_nothing() {
+    let rowless = |shape: Vec<u64>| {
+        Turn::new(vec![], vec![7]).with_piece(RowPiece::whole(Dtype::Uint8, shape, vec![]))
+    };
+    let mut episode = Episode::default();
+    let (held, pushed) = crate::in_place::peak(|| episode.push(rowless(vec![1 << 24])));
+    assert!(held < 64 * 1024, "held {held} bytes for a turn of no row");
+    let err = pushed.unwrap_err();
+    assert_eq!(err.kind(), EpisodeErrorKind::Unsized, "{err}");
+    assert_eq!(
+        err.to_string(),
+        "turn 0: position 0: no row: its pieces hold none, and the episode holds none yet: \
+         its rows are sized by the rows given, not by a row shape no row backs ([16777216] of \
+         uint8)"
+    );
+    assert_eq!(
+        (err.owner(), err.position()),
+        (Some(Owner::Turn(0)), Some(0))
+    );
+    assert_eq!(observed(&episode), observed(&Episode::default()));
+    // 2^59 elements (2^62 bytes once widened, which `PieceLength` lets
+    // through): refused alike, before anything is sized by them.
+    let err = episode.push(rowless(vec![1 << 29, 1 << 30])).unwrap_err();
+    assert_eq!(err.kind(), EpisodeErrorKind::Unsized, "{err}");
+    // Rows given size the episode; a piece of no row beside them is held
+    // to their shape, and then takes no memory of its own.
+    let mut sized = Episode::default();
+    let turn = Turn::new(vec![1], vec![2, 3])
+        .with_piece(RowPiece::prefill(Dtype::Uint8, vec![2], vec![5, 6]))
+        .with_piece(RowPiece::decode(Dtype::Uint8, vec![2], vec![7, 8]).at(1));
+    assert_eq!(sized.push(turn), Ok(0));
+    let (held, pushed) = crate::in_place::peak(|| {
+        sized.push(
+            Turn::new(vec![1, 2], vec![9])
+                .with_start(2)
+                .with_piece(RowPiece::whole(Dtype::Uint8, vec![2], vec![])),
+        )
+    });
+    assert_eq!(pushed, Ok(1));
+    assert!(held < 64 * 1024, "held {held} bytes");
+    let err = sized
+        .push(
+            Turn::new(vec![1, 2], vec![4])
+                .with_start(2)
+                .with_piece(RowPiece::whole(Dtype::Uint8, vec![1 << 24], vec![])),
+        )
+        .unwrap_err();
+    assert_eq!(err.kind(), EpisodeErrorKind::PieceRowShape, "{err}");
 }
 
 #[test]
@@ -1290,4 +1350,214 @@ fn peak_memory_is_the_output_and_one_turn() {
     );
     // A copy of the rows at the end would have held twice them.
     assert!(held < 2 * rows, "held {held}, rows {rows}");
+}
+
+// ------------------------------------------- turns read from responses
+
+/// Turns read out of their responses (`gather::read_turn`) in every form
+/// the table's readers take, checked against the model's rows, and the
+/// regression of `Unsized` through a response.
+#[cfg(feature = "verify")]
+mod read {
+    use base64::engine::general_purpose::STANDARD;
+    use base64::Engine;
+    use pd_stitch::algebra::Dtype;
+    use pd_stitch::episode::{Episode, EpisodeErrorKind, Phase, Prefer, Turn};
+    use pd_stitch::gather::{read_turn, Store, TurnResponses};
+    use proptest::prelude::*;
+    use serde_json::{json, Value};
+
+    use crate::support::config;
+    use crate::support::episode::{decode, encode, PrefixModel};
+    use crate::support::npy_write;
+
+    /// The forms a turn's rows come in: a whole response's inline compact
+    /// rows, `.npy` with and without its choice's `token_ids`, rows by
+    /// handle, SGLang's ids, and a P/D pair's two responses, compact or by
+    /// handle.
+    const FORMS: [&str; 7] = [
+        "compact",
+        "npy counted",
+        "npy bare",
+        "by handle",
+        "sglang",
+        "pair compact",
+        "pair by handle",
+    ];
+
+    /// Rows `[from, from + rows.len())` as `form`'s one response, their
+    /// files written into `store` under `name`.
+    fn response(
+        form: &str,
+        rows: &[Vec<i64>],
+        from: u64,
+        counts: (u64, &[u64]),
+        store: &mut Store,
+        name: &str,
+    ) -> Value {
+        let (prompt, completion) = counts;
+        let n = rows.len() as u64;
+        let uint16: Vec<u8> = rows.iter().flat_map(|r| encode(Dtype::Uint16, r)).collect();
+        match form {
+            "compact" => json!({"choices": [{"routed_experts": {"data": STANDARD.encode(&uint16),
+                "shape": [n, 2, 2], "start": from, "dtype": "uint16"}}]}),
+            "npy counted" | "npy bare" => {
+                let file = STANDARD.encode(npy_write("<u2", &[n, 2, 2], &uint16));
+                let mut choice = json!({"routed_experts": file});
+                if form == "npy counted" {
+                    choice["token_ids"] = json!(completion);
+                }
+                json!({"usage": {"prompt_tokens": prompt}, "choices": [choice]})
+            }
+            "by handle" => {
+                store.write(name, uint16).unwrap();
+                json!({"choices": [{"payload": [{"field": "routed_experts", "file": name,
+                    "offset": 0, "pos": from, "rows": n, "dtype": "uint16", "shape": [2, 2]}]}]})
+            }
+            "sglang" => {
+                let ids: Vec<u8> = rows.iter().flat_map(|r| encode(Dtype::Int32, r)).collect();
+                json!({"text": "", "meta_info": {"prompt_tokens": prompt,
+                    "completion_tokens": completion.len(), "routed_experts": STANDARD.encode(ids)}})
+            }
+            _ => unreachable!("{form}"),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(config("episode_read"))]
+
+        /// A linear episode of 1-4 turns, full or delta from `L - 1`, each
+        /// turn's rows in a form of its own, read with `read_turn` and
+        /// assembled under `Earliest`: every row is the model's
+        /// full-context row (the decode's own row for the prompt's last
+        /// position, which differs, loses to the prefill's), each from the
+        /// side that computed it, in the dtype the forms widen to.
+        #[test]
+        fn every_form_reads_into_the_models_rows(
+            seed in any::<u64>(),
+            shapes in proptest::collection::vec((1u64..4, 1usize..4, 0..FORMS.len()), 1..5),
+            delta in any::<bool>(),
+        ) {
+            let model = PrefixModel { seed, elements: 4, experts: 40 };
+            let mut store = Store::memory();
+            let mut episode = Episode::new(Prefer::Earliest);
+            let mut tokens: Vec<u64> = Vec::new();
+            let mut dtype = Dtype::Uint16;
+            for (k, &(new, completion, form)) in shapes.iter().enumerate() {
+                let form = FORMS[form];
+                let common = tokens.len();
+                let mut prompt = tokens.clone();
+                prompt.extend((0..new).map(|i| seed.wrapping_add(i) % 5));
+                let p = prompt.len();
+                let all: Vec<u64> = prompt
+                    .iter()
+                    .copied()
+                    .chain((0..completion as u64).map(|i| (seed >> 8).wrapping_add(i) % 5))
+                    .collect();
+                let end = all.len() - 1;
+                // SGLang has no way to say a start but its counts, which
+                // place any delta; the others say theirs or are placed so.
+                let start = if delta { common.saturating_sub(1) } else { 0 };
+                let rows = |from: usize, to: usize| -> Vec<Vec<i64>> {
+                    (from..to).map(|x| model.row(&all[..=x])).collect()
+                };
+                let counts = (p as u64, &all[p..]);
+                let name = |side: &str| format!("t{k}.{side}.bin");
+                let responses = if let Some(pair) = form.strip_prefix("pair ") {
+                    let pair = if pair == "compact" { "compact" } else { "by handle" };
+                    // The decode's rows from P - 1, its own row there not
+                    // the prompt's.
+                    let mut decoded = rows(p - 1, end);
+                    decoded[0][0] = (decoded[0][0] + 1) % 40;
+                    let prefill = response(pair, &rows(start, p), start as u64, counts, &mut store, &name("p"));
+                    let decode = response(pair, &decoded, p as u64 - 1, counts, &mut store, &name("d"));
+                    (Some(prefill), decode)
+                } else {
+                    (None, response(form, &rows(start, end), start as u64, counts, &mut store, &name("w")))
+                };
+                let read = match &responses {
+                    (Some(prefill), decode) => TurnResponses::Pair { prefill, decode },
+                    (None, whole) => TurnResponses::Whole(whole),
+                };
+                let pieces = read_turn(k, read, &store, Some((2, 2))).unwrap();
+                prop_assert_eq!(pieces.len(), if responses.0.is_some() { 2 } else { 1 });
+                let mut turn = Turn::new(prompt.clone(), all[p..].to_vec());
+                if delta {
+                    turn = turn.with_start(start as u64);
+                }
+                prop_assert_eq!(episode.push(pieces.into_iter().fold(turn, Turn::with_piece)), Ok(k));
+                if form == "sglang" {
+                    dtype = Dtype::Int32;
+                }
+                tokens = all;
+            }
+            let assembled = episode.finish().unwrap();
+            prop_assert_eq!(assembled.dtype(), dtype);
+            prop_assert_eq!(assembled.row_shape(), &[2, 2][..]);
+            let forward = model.forward(&tokens);
+            for (x, row) in forward.iter().enumerate().take(tokens.len() - 1) {
+                let got = assembled.row(x as u64).map(|r| decode(dtype, r));
+                prop_assert_eq!(got.as_ref(), Some(row), "position {}", x);
+            }
+            prop_assert!(!assembled.has_row(tokens.len() as u64 - 1));
+            // The last turn's own prompt rows are the prefill's.
+            let p = tokens.len() - shapes.last().unwrap().1;
+            let phase = assembled.source(p as u64 - 1).map(|s| s.phase);
+            prop_assert_eq!(phase, Some(Phase::Prefill));
+        }
+    }
+
+    /// A turn's response given as text that is not JSON (as the Python
+    /// binding parses bytes and str): the turn named once, the response
+    /// once ("response response" before), a pair's side as the side.
+    #[test]
+    fn text_that_is_not_json_names_the_turn_and_the_response_once() {
+        use pd_stitch::gather::{GatherError, TurnReadError};
+        use pd_stitch::Side;
+        let err = |side: Side, phase: Option<Phase>| {
+            let json = pd_stitch::bytes::parse(side, b"{").unwrap_err();
+            TurnReadError::new(2, phase, GatherError::from(json)).to_string()
+        };
+        assert_eq!(
+            err(Side::Response, None),
+            "turn 2: response: invalid JSON at byte 0: EOF while parsing an object at line 1 \
+             column 1"
+        );
+        assert_eq!(
+            err(Side::Prefill, Some(Phase::Prefill)),
+            "turn 2 (prefill): prefill response: invalid JSON at byte 0: EOF while parsing an \
+             object at line 1 column 1"
+        );
+    }
+
+    /// A response declaring rows of 2^59 elements and holding none, for a
+    /// first turn of one token, is `Unsized`, not an abort; any later
+    /// turn's such piece is held to the episode's row shape.
+    #[test]
+    fn a_declared_row_shape_without_rows_sizes_nothing() {
+        let rowless = json!({"choices": [{"routed_experts": {"data": "",
+            "shape": [0, 1u64 << 29, 1u64 << 30], "start": 0, "dtype": "uint8"}}]});
+        let pieces = read_turn(0, TurnResponses::Whole(&rowless), &Store::memory(), None).unwrap();
+        let turn = pieces
+            .into_iter()
+            .fold(Turn::new(vec![], vec![1]), Turn::with_piece);
+        let err = Episode::default().push(turn).unwrap_err();
+        assert_eq!(err.kind(), EpisodeErrorKind::Unsized, "{err}");
+        // SGLang's ids with a row shape from the caller: the same.
+        let sglang = json!({"meta_info": {"prompt_tokens": 0, "completion_tokens": 1,
+            "routed_experts": ""}});
+        let pieces = read_turn(
+            0,
+            TurnResponses::Whole(&sglang),
+            &Store::memory(),
+            Some((1 << 29, 1 << 30)),
+        )
+        .unwrap();
+        assert_eq!(pieces[0].row_shape(), [1 << 29, 1 << 30]);
+        let turn = pieces
+            .into_iter()
+            .fold(Turn::new(vec![], vec![1]), Turn::with_piece);
+        let err = Episode::default().push(turn).unwrap_err();
+        assert_eq!(err.kind(), EpisodeErrorKind::Unsized, "{err}");
+    }
 }

@@ -4,6 +4,7 @@
 pub mod check;
 pub mod compare;
 pub mod completions;
+pub mod episode;
 pub mod gather;
 pub mod merge;
 pub mod probe;

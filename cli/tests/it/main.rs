@@ -17,6 +17,7 @@ mod mock_backend;
 mod pd_router;
 
 mod cli;
+mod episode;
 mod probe;
 mod rows_check;
 mod sim;

@@ -467,7 +467,13 @@ fn build(row_shape: Vec<u64>, dtypes: &[Dtype], seed: u64, draws: &[TurnDraw]) -
     let mut turns: Vec<TurnSpec> = Vec::new();
     for (k, draw) in draws.iter().enumerate() {
         let prompt = if k == 0 {
-            draw.extra.clone()
+            // At least two tokens: a first turn of one has no row, and the
+            // episode refuses rows no row sizes (`Unsized`).
+            let mut prompt = draw.extra.clone();
+            if prompt.is_empty() && draw.completion.len() == 1 {
+                prompt.push(draw.completion[0]);
+            }
+            prompt
         } else {
             let parent = turns[draw.parent % k].tokens();
             let base = turns[draw.parent % k].prompt.len();
