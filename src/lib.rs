@@ -94,9 +94,12 @@
 //! Inside, the files stand in layers, each importing only from its own or
 //! those below, and the folders name them: `algebra/`; `codec/` (base64,
 //! `.npy`, merged text); `error/`; `response/`, a response as read, and
-//! the patches a merge writes into it; `format/`, the kinds of rows (by
-//! handle, inline, vLLM 0.32's end anchoring, SGLang), each one file behind
-//! one trait, with the one table of where rows sit, and [`Stitch`];
+//! the patches a merge writes into it; `format/`, the kinds of rows, in
+//! layers of its own: at the bottom what a format is (the trait, what a
+//! place of rows is, [`Stitch`]), then what formats share (the generic
+//! inline rows at a holder and a key, strict mode), then the formats, one
+//! file each, and on top the table that lists them (`format/mod.rs`),
+//! which every reader of rows asks;
 //! `merge/`, the one plan, which runs every format and collects its
 //! patches; the adapters that apply the patches to a `serde_json::Value`
 //! and to [`bytes`], knowing no kind of rows; [`Stitcher`]; [`stream`];
@@ -181,7 +184,7 @@ pub use response::fields::{DEFAULT_FIELDS, ROUTED_EXPERTS, ROUTED_EXPERT_WEIGHTS
 /// (README, "Stability").
 pub mod places {
     pub use crate::format::places::{Holder, Holds, Place, RowsKind};
-    pub use crate::format::table::{every_place as all, keys_of, object_holders};
+    pub use crate::format::{every_place as all, keys_of, object_holders};
 }
 pub use format::stitch::Stitch;
 pub use stitcher::{

@@ -21,7 +21,7 @@ use crate::response::json::{self, choice_at};
 use crate::response::paths::prefill_choice;
 use crate::response::view::{describe_view, Kind, View};
 
-use super::{Format, Level, Spec};
+use super::interface::{Format, Level, Spec};
 use crate::format::places::{place, Holder, Holds, Place, RowsKind};
 use crate::response::patch::{Item, Patch, Path};
 

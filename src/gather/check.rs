@@ -15,6 +15,7 @@ use crate::error::{describe, Location, Side};
 use crate::format::by_handle::item_at;
 use crate::format::by_handle::PAYLOAD;
 use crate::format::inline;
+use crate::format::places::Place;
 use crate::reading::{FieldTable, Storage};
 use crate::response::fields::ROUTED_EXPERTS;
 
@@ -62,8 +63,8 @@ pub fn check_from(response: &Value, store: &Store) -> CheckReport {
             continue;
         };
         check_payload(object, i, store, &mut report);
-        if let Some(value) = inline_rows(response, object, i) {
-            report.fields.push(check_inline(response, i, value));
+        if let Some((place, value)) = inline_rows(response, i) {
+            report.fields.push(check_inline(response, i, place, value));
         }
     }
     report
@@ -212,10 +213,10 @@ fn check_field(items: &[Value], i: usize, field: &str, store: &Store) -> FieldRe
     out
 }
 
-fn check_inline(response: &Value, i: usize, value: &Value) -> FieldReport {
+fn check_inline(response: &Value, i: usize, place: &Place, value: &Value) -> FieldReport {
     let mut out = FieldReport::empty(i, format!("{ROUTED_EXPERTS} (inline)"));
     out.segments = 1;
-    match inline::read_rows(response, i, value) {
+    match inline::read_rows(response, i, place, value) {
         Ok((form, segment, _)) => {
             out.field = format!(
                 "{ROUTED_EXPERTS} (inline {})",

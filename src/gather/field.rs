@@ -100,8 +100,8 @@ pub fn read_choice_field(
     let table = FieldTable::trainer();
     if list.is_empty() && field == ROUTED_EXPERTS {
         // Inline rows: one segment held in memory.
-        if let Some(value) = inline_rows(response, object, choice) {
-            let (_, segment, data) = inline::read_rows(response, choice, value)?;
+        if let Some((place, value)) = inline_rows(response, choice) {
+            let (_, segment, data) = inline::read_rows(response, choice, place, value)?;
             let spec = table.get(field).ok_or_else(|| GatherError::NoRows {
                 choice,
                 field: field.to_owned(),

@@ -13,11 +13,11 @@ use serde_json::{Map, Value};
 use crate::algebra::{Dtype, Rows, Segment};
 use crate::codec::{Form, NpyError};
 use crate::error::{describe, Error, ErrorDetail, Location, Side};
+use crate::format;
 use crate::format::by_handle::item_at;
 use crate::format::by_handle::{Keys, PAYLOAD};
 use crate::format::inline;
-use crate::format::places::{Holder, Holds, RowsKind};
-use crate::format::table;
+use crate::format::places::{Holds, Place, RowsKind};
 use crate::response::fields::ROUTED_EXPERTS;
 use crate::response::json::choice_at;
 
@@ -192,14 +192,14 @@ pub fn gather_from(
     let object = choice_object(response, choice)?;
     let segments = field_segments(object, choice, field)?;
     if segments.is_empty() {
-        let inline = inline_rows(response, object, choice).filter(|_| field == ROUTED_EXPERTS);
-        let Some(value) = inline else {
+        let inline = inline_rows(response, choice).filter(|_| field == ROUTED_EXPERTS);
+        let Some((place, value)) = inline else {
             return Err(GatherError::NoRows {
                 choice,
                 field: field.to_owned(),
             });
         };
-        let (form, segment, data) = inline::read_rows(response, choice, value)?;
+        let (form, segment, data) = inline::read_rows(response, choice, place, value)?;
         return Ok(Gathered {
             positions: segment.positions(),
             dtype: segment.dtype(),
@@ -533,26 +533,18 @@ fn push_merged(list: &mut Vec<Rows>, r: Rows) {
     }
 }
 
-/// Choice `choice`'s inline rows: its own `routed_experts`, or for the first
-/// choice the inline rows the response holds (Dynamo's `nvext`), at the
-/// first such place of the table, since the engine that writes them answers
-/// one per response.
-pub(super) fn inline_rows<'a>(
-    response: &'a Value,
-    choice_object: &'a Map<String, Value>,
-    choice: usize,
-) -> Option<&'a Value> {
-    let own = choice_object.get(ROUTED_EXPERTS).filter(|v| !v.is_null());
-    if own.is_some() || choice != 0 {
-        return own;
-    }
-    table::every_place()
+/// Choice `choice`'s inline rows, at the first inline place of the table
+/// (`pd_stitch::places`) that has them, with that place: its own (held by
+/// it or an object of it), or for the first choice those the response
+/// holds (Dynamo's `nvext`), since the engine that writes them answers one
+/// per response.
+pub(super) fn inline_rows(response: &Value, choice: usize) -> Option<(&'static Place, &Value)> {
+    let object = response.get("choices")?.get(choice);
+    format::every_place()
         .filter(|place| place.holds == Holds::Rows(RowsKind::Inline))
-        .find_map(|place| match place.holder {
-            Holder::Member(member) => response
-                .get(member)?
-                .get(place.key)
-                .filter(|v| !v.is_null()),
-            Holder::Choice | Holder::ChoiceMember(_) => None,
+        .filter(|place| place.per_choice() || choice == 0)
+        .find_map(|place| {
+            let value = place.value_in(response, object)?;
+            (!value.is_null()).then_some((place, value))
         })
 }

@@ -275,6 +275,30 @@ fn check_reports_inline_rows_and_ignores_null_ones() {
     assert!(null.is_ok() && null.fields.is_empty(), "{null}");
 }
 
+/// Bad rows the response holds (Dynamo's `nvext.routed_experts`) are
+/// reported at their own place: `inline::read_rows` built every location
+/// as a choice's `routed_experts`, so `check` and `gather` named
+/// `choices[0].routed_experts.data`, where the rows are not.
+#[test]
+fn bad_rows_the_response_holds_are_reported_at_their_place() {
+    let bad = json!({"choices": [{"index": 0}],
+        "nvext": {"routed_experts": {"data": "A!==", "shape": [1, 1, 3], "start": 0}}});
+    let report = check_from(&bad, &Store::memory());
+    let [field] = &report.fields[..] else {
+        panic!("{report}");
+    };
+    assert_eq!(
+        field.problems,
+        ["response nvext.routed_experts.data: invalid base64: character '!' at 1 is not in the standard alphabet"]
+    );
+    let err = gather_from(&bad, 0, ROUTED_EXPERTS, &Store::memory()).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("response nvext.routed_experts.data: "),
+        "{err}"
+    );
+}
+
 /// Runs of consecutive positions of `set`, as intervals.
 fn runs(set: impl Iterator<Item = u64>) -> Vec<Rows> {
     let mut out: Vec<Rows> = Vec::new();

@@ -1,11 +1,11 @@
 //! Where an event's rows sit, by its keys: read from the table of places
-//! ([`crate::format::table`]), so that a place the merge stitches is never passed
+//! ([`crate::format`]), so that a place the merge stitches is never passed
 //! through unstitched.
 
 use crate::bytes::{Doc, ScannedValue};
 use crate::format::by_handle::Keys;
+use crate::format::every_place;
 use crate::format::places::{Holder, Holds, RowsKind};
-use crate::format::table::every_place;
 use crate::response::view::{Kind, View};
 
 /// Where an event's rows sit, to find a second rows event for the same.

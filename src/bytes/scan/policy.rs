@@ -1,7 +1,7 @@
 //! What the scanner records of a response: the paths a merge reads, as
-//! the table of places ([`crate::format::table`]) names them, and nothing deeper.
+//! the table of places ([`crate::format`]) names them, and nothing deeper.
 
-use crate::format::table as places;
+use crate::format as places;
 
 /// What to record of a value and its children.
 #[derive(Clone, Copy, PartialEq, Eq)]
