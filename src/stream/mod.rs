@@ -451,8 +451,10 @@ impl StreamStitcher {
         // Where in `input` the first needle of the prefilter that may mark
         // rows starts: every event that ends at or before it holds none, and
         // is passed on without a search of its own (one search per needle
-        // over the chunk, not one per event).
-        let mut suspect = self.suspect(input);
+        // over the chunk, not one per event). Found when first needed: the
+        // rest of an event begun in an earlier chunk is judged with that
+        // event, and the search starts after it.
+        let mut suspect = None;
         loop {
             if self.after_blank_cr {
                 match input.first() {
@@ -461,7 +463,7 @@ impl StreamStitcher {
                         out.push(b'\n');
                         self.offset += 1;
                         input = &input[1..];
-                        suspect = suspect.saturating_sub(1);
+                        suspect = suspect.map(|s: usize| s.saturating_sub(1));
                     }
                     Some(_) => {}
                 }
@@ -478,11 +480,12 @@ impl StreamStitcher {
                 // with one), so the event that holds `suspect` is the first
                 // to end after it, and is judged without a search of its
                 // own.
+                let first = *suspect.get_or_insert_with(|| self.suspect(input));
                 let mut run = 0;
                 let mut scan = Scan::START;
                 let end = loop {
                     match find_end(&input[run..], &mut scan) {
-                        Some(end) if run + end <= suspect => {
+                        Some(end) if run + end <= first => {
                             run += end;
                             self.events += 1;
                             if input[run - 1] == b'\r' {
@@ -509,7 +512,7 @@ impl StreamStitcher {
                             return Ok(());
                         }
                         input = &input[end..];
-                        suspect = self.suspect(input);
+                        suspect = None;
                     }
                     None => {
                         self.pending.extend_from_slice(input);
@@ -534,7 +537,7 @@ impl StreamStitcher {
                         if result? == Done::Waits {
                             return Ok(());
                         }
-                        suspect = self.suspect(input);
+                        suspect = None;
                     }
                     None => {
                         self.pending.extend_from_slice(input);
