@@ -109,6 +109,22 @@ pub(crate) trait Format {
     }
 }
 
+/// The places of a list of formats: the first format's, then the rest's.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PlaceList {
+    /// The first format's places.
+    pub(crate) first: &'static [Place],
+    /// The places of the formats after it.
+    pub(crate) rest: Option<&'static PlaceList>,
+}
+
+impl PlaceList {
+    /// Every place of `list`, in its order.
+    pub(crate) fn iter(list: Option<&'static PlaceList>) -> impl Iterator<Item = &'static Place> {
+        std::iter::successors(list, |list| list.rest).flat_map(|list| list.first)
+    }
+}
+
 /// A list of formats run in order: `(first, rest)`, ending in `()`. What
 /// the plan calls; each method runs the list's formats in order.
 pub(crate) trait Formats {
@@ -119,8 +135,10 @@ pub(crate) trait Formats {
     /// Nothing read yet.
     fn none<'p, P: View<'p>>() -> Self::Prefills<'p, P>;
 
-    /// Every place of the list's formats, each format's in the list's order.
-    fn places() -> impl Iterator<Item = &'static Place>;
+    /// Every place of the list's formats, each format's in the list's
+    /// order, as a constant (`None` for no format), so that what is read
+    /// from it can be a constant too.
+    const PLACES: Option<&'static PlaceList>;
 
     /// Reads the prefill's rows of the stitched formats of `level`.
     fn read<'p, S: AsRef<str>, P: View<'p>>(
@@ -175,9 +193,7 @@ impl Formats for () {
 
     fn none<'p, P: View<'p>>() {}
 
-    fn places() -> impl Iterator<Item = &'static Place> {
-        std::iter::empty()
-    }
+    const PLACES: Option<&'static PlaceList> = None;
 
     fn read<'p, S: AsRef<str>, P: View<'p>>(
         _: Level,
@@ -237,9 +253,10 @@ impl<F: Format, R: Formats> Formats for (F, R) {
         (None, R::none())
     }
 
-    fn places() -> impl Iterator<Item = &'static Place> {
-        F::PLACES.iter().chain(R::places())
-    }
+    const PLACES: Option<&'static PlaceList> = Some(&PlaceList {
+        first: F::PLACES,
+        rest: R::PLACES,
+    });
 
     fn read<'p, S: AsRef<str>, P: View<'p>>(
         level: Level,

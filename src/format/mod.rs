@@ -37,7 +37,7 @@ use std::sync::OnceLock;
 
 use by_handle::ByHandle;
 use inline::InlineAt;
-use interface::Formats;
+use interface::{Formats, PlaceList};
 use places::{Holder, Holds, Place};
 use sglang::Sglang;
 
@@ -62,7 +62,99 @@ pub(crate) type All = list![
 /// Every place, each format's in the order of the formats (a place two
 /// formats read is listed by each).
 pub fn every_place() -> impl Iterator<Item = &'static Place> {
-    All::places()
+    PlaceList::iter(All::PLACES)
+}
+
+/// Every key that holds rows at some place, each once, in the table's
+/// order: what a text that may carry rows must spell (or escape). A
+/// constant, so that the stream's prefilter is compiled for the table's
+/// keys as if it spelled them.
+pub(crate) const ROWS_KEYS: Keys = Keys::of(All::PLACES, Asked::Rows);
+
+/// The keys of a choice's members that hold counts (`token_ids`), each
+/// once, in the table's order.
+pub(crate) const CHOICE_COUNT_KEYS: Keys = Keys::of(All::PLACES, Asked::ChoiceCounts);
+
+/// The most keys a [`Keys`] holds: more fail the build.
+const MAX_KEYS: usize = 16;
+
+/// Which keys [`Keys::of`] takes.
+#[derive(Clone, Copy)]
+enum Asked {
+    /// Every key that holds rows.
+    Rows,
+    /// A choice's keys that hold counts.
+    ChoiceCounts,
+}
+
+/// Keys of the table, each once, in its order: made in a constant.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Keys {
+    keys: [&'static [u8]; MAX_KEYS],
+    len: usize,
+}
+
+impl Keys {
+    /// The keys of the places of `list` that `asked` takes.
+    const fn of(list: Option<&'static PlaceList>, asked: Asked) -> Keys {
+        let mut keys = Keys {
+            keys: [&[]; MAX_KEYS],
+            len: 0,
+        };
+        let mut list = list;
+        while let Some(places) = list {
+            let mut i = 0;
+            while i < places.first.len() {
+                let place = &places.first[i];
+                let taken = match asked {
+                    Asked::Rows => matches!(place.holds, Holds::Rows(_)),
+                    Asked::ChoiceCounts => {
+                        matches!((place.holder, place.holds), (Holder::Choice, Holds::Count))
+                    }
+                };
+                if taken && !keys.contains(place.key.as_bytes()) {
+                    assert!(keys.len < MAX_KEYS, "more keys than MAX_KEYS: raise it");
+                    keys.keys[keys.len] = place.key.as_bytes();
+                    keys.len += 1;
+                }
+                i += 1;
+            }
+            list = places.rest;
+        }
+        keys
+    }
+
+    /// Whether `key` is one of them.
+    const fn contains(&self, key: &[u8]) -> bool {
+        let mut k = 0;
+        while k < self.len {
+            if same(self.keys[k], key) {
+                return true;
+            }
+            k += 1;
+        }
+        false
+    }
+
+    /// The keys.
+    pub(crate) const fn as_slice(&self) -> &[&'static [u8]] {
+        self.keys.split_at(self.len).0
+    }
+}
+
+/// Whether two byte strings are equal (in a constant).
+const fn same(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
 }
 
 /// The keys the readers ask about, read from the table once: the scanner
@@ -193,6 +285,17 @@ mod tests {
         assert!(is_choice_rows(b"payload") && is_choice_rows(b"routed_experts"));
         assert!(!is_choice_rows(b"token_ids"));
         assert!(is_member_rows(b"routed_experts") && !is_member_rows(b"prompt_tokens"));
+        let once = |list: &[&[u8]], key: &[u8]| list.iter().filter(|k| **k == key).count() == 1;
+        let (rows, counts) = (ROWS_KEYS.as_slice(), CHOICE_COUNT_KEYS.as_slice());
+        assert!(once(rows, b"routed_experts") && once(rows, b"payload"));
+        assert!(!rows.contains(&&b"token_ids"[..]) && !rows.contains(&&b"prompt_tokens"[..]));
+        assert!(once(counts, b"token_ids") && !counts.contains(&&b"payload"[..]));
+        // Every key that holds rows, each once.
+        let all: Vec<&[u8]> = every_place()
+            .filter(|p| matches!(p.holds, Holds::Rows(_)))
+            .map(|p| p.key.as_bytes())
+            .collect();
+        assert!(all.iter().all(|key| once(rows, key)) && rows.iter().all(|key| all.contains(key)));
         let usage = Holder::Member("usage");
         let meta_info = Holder::Member("meta_info");
         let objects: Vec<_> = object_holders().collect();

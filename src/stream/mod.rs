@@ -64,17 +64,17 @@
 //!
 //! An event carries rows when its data is JSON (UTF-8 decoded as the
 //! standard decodes it, invalid bytes replaced) that has, as `serde_json`
-//! reads it (last of a repeated key, escaped keys unescaped), a non-null
-//! `choices[i].routed_experts`, a `choices[i].payload` with a segment of one
-//! of the stitcher's fields, or one of SGLang's slots: a non-null
-//! `meta_info.routed_experts`, `sglext.routed_experts` or
-//! `choices[0].sgl_ext.routed_experts` (of the data, or of each element when
-//! the data is an array). It is found by its keys, never by `finish_reason`.
-//! Only an event whose bytes contain `payload`, a `\u` escape, or a
-//! `routed_experts` that is not a member `"routed_experts": null`, can carry
-//! rows (a key that marks rows is spelled out or escaped), so every other
-//! event (a vLLM token chunk, with its `"routed_experts":null`) is passed on
-//! after memchr-class searches of its bytes, without being parsed.
+//! reads it (last of a repeated key, escaped keys unescaped), rows at a
+//! place of the table of places (`pd_stitch::places::all()`, SPEC section
+//! 1a): a non-null value at a place that holds rows, or for rows by handle
+//! a payload with a segment of one of the stitcher's fields (of the data,
+//! or of each element when the data is an array). It is found by its keys,
+//! never by `finish_reason`. Only an event whose bytes contain a key of the
+//! table that holds rows, other than as a member whose value is null
+//! (`"routed_experts": null`), or a `\u` escape, can carry rows (a key
+//! that marks rows is spelled out or escaped), so every other event (a
+//! vLLM token chunk, with its `"routed_experts":null`) is passed on after
+//! memchr-class searches of its bytes, without being parsed.
 
 mod prefilter;
 mod slots;
@@ -87,7 +87,7 @@ use crate::format::end_anchored as anchor;
 use crate::format::stitch::Stitch;
 use crate::stitcher::Stitcher;
 
-use prefilter::{may_carry_rows, next_suspect};
+use prefilter::{may_carry_rows, next_count, next_suspect};
 use slots::{rows_slots, Slot};
 use sse::{data_prefix, event_data, field, find_end, one_line, reframe, Scan, BOM};
 use tokens::Tokens;
@@ -392,12 +392,13 @@ impl StreamStitcher {
         self.events
     }
 
-    /// [`next_suspect`], and while tokens are counted, the first
-    /// `token_ids` too: such an event is read for its count.
+    /// The prefilter's next suspect, and while tokens are counted, the
+    /// first key of a choice's counts (`token_ids`) too: such an event is
+    /// read for its count.
     fn suspect(&self, bytes: &[u8]) -> usize {
         let first = next_suspect(bytes);
         match self.tokens {
-            Some(_) => memchr::memmem::find(&bytes[..first], b"token_ids").unwrap_or(first),
+            Some(_) => next_count(&bytes[..first]),
             None => first,
         }
     }
