@@ -41,7 +41,7 @@ use crate::response::fields::DEFAULT_FIELDS;
 ///
 /// assert!(stitcher.prefill_has_routed_experts(&prefill));
 /// assert!(!experts_only.prefill_has_routed_experts(&prefill));
-/// assert!(stitcher.merge(&prefill, &mut decode, Stitch::Payload)?);
+/// assert!(stitcher.merge(&prefill, &mut decode, Stitch::ByHandle)?);
 /// let payload = &decode["choices"][0]["payload"];
 /// assert_eq!(payload[1]["pos"], 4);
 /// assert_eq!(payload[1]["rows"], 1);
@@ -106,11 +106,11 @@ impl Stitcher {
     /// let mut decode = json!({"choices": [{"payload": [seg("d.bin", 2, 2), seg("e.bin", 5, 2)]}]});
     /// let before = decode.clone();
     ///
-    /// let err = Stitcher::new().strict().merge(&prefill, &mut decode, Stitch::Payload);
+    /// let err = Stitcher::new().strict().merge(&prefill, &mut decode, Stitch::ByHandle);
     /// assert_eq!(err.map_err(|e| e.kind()), Err(ErrorKind::Layout));
     /// assert_eq!(decode, before);
     /// // Without strict mode the merge goes through, gap and all.
-    /// assert!(Stitcher::new().merge(&prefill, &mut decode, Stitch::Payload)?);
+    /// assert!(Stitcher::new().merge(&prefill, &mut decode, Stitch::ByHandle)?);
     /// # Ok::<(), pd_stitch::Error>(())
     /// ```
     #[must_use]
@@ -296,21 +296,21 @@ impl Stitcher {
 /// for one release so that routers and their CI keep building, each the one
 /// [`Stitcher::merge`] or [`Stitcher::merge_bytes`] call it names.
 impl Stitcher {
-    /// `merge(prefill, decode, Stitch::Payload)`.
+    /// `merge(prefill, decode, Stitch::ByHandle)`.
     ///
     /// # Errors
     ///
     /// As [`Stitcher::merge`].
     #[deprecated(
         since = "0.3.0",
-        note = "use `merge(prefill, decode, Stitch::Payload)`"
+        note = "use `merge(prefill, decode, Stitch::ByHandle)`"
     )]
     pub fn merge_routed_payload_in_json(
         &self,
         prefill: &Value,
         decode: &mut Value,
     ) -> Result<bool, Error> {
-        self.merge(prefill, decode, Stitch::Payload)
+        self.merge(prefill, decode, Stitch::ByHandle)
     }
 
     /// `merge(prefill, decode, Stitch::Inline)`.
@@ -354,17 +354,17 @@ impl Stitcher {
         self.merge_bytes(prefill, decode, Stitch::ForPd)
     }
 
-    /// `merge_bytes(prefill, decode, Stitch::Payload)`.
+    /// `merge_bytes(prefill, decode, Stitch::ByHandle)`.
     ///
     /// # Errors
     ///
     /// As [`Stitcher::merge_bytes`].
     #[deprecated(
         since = "0.3.0",
-        note = "use `merge_bytes(prefill, decode, Stitch::Payload)`"
+        note = "use `merge_bytes(prefill, decode, Stitch::ByHandle)`"
     )]
     pub fn merge_bytes_payload(&self, prefill: &[u8], decode: &mut Vec<u8>) -> Result<bool, Error> {
-        self.merge_bytes(prefill, decode, Stitch::Payload)
+        self.merge_bytes(prefill, decode, Stitch::ByHandle)
     }
 
     /// `merge_bytes(prefill, decode, Stitch::Inline)`.
@@ -439,7 +439,7 @@ impl Stitcher {
 ///   `decode.choices` not an array, a choice not an object, or a `payload`
 ///   neither an array nor null.
 pub fn merge_routed_payload_in_json(prefill: &Value, decode: &mut Value) -> Result<bool, Error> {
-    merge(default_spec(Stitch::Payload), prefill, decode)
+    merge(default_spec(Stitch::ByHandle), prefill, decode)
 }
 
 /// The inline P/D merge of `choices[i].routed_experts`, in place: the
@@ -580,7 +580,7 @@ mod tests {
                 Stitcher::merge_bytes_for_pd,
             ),
             (
-                Stitch::Payload,
+                Stitch::ByHandle,
                 Stitcher::merge_routed_payload_in_json,
                 Stitcher::merge_bytes_payload,
             ),
