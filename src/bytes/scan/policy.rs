@@ -10,17 +10,15 @@ pub(super) enum Record {
     Root,
     /// `choices`: its elements, as choices.
     Choices,
-    /// One choice: its members, those that hold rows (`payload`,
-    /// `routed_experts`, by [`places`]) in full, those that are objects
-    /// holding places (`sgl_ext`) one level further.
+    /// One choice: its members, those that hold rows (by [`places`]) in
+    /// full, those that are objects holding places one level further.
     Choice,
     /// An element of a response that is an array (an SGLang batch): as the
     /// response's members.
     Item,
-    /// An object that holds places ([`places`]: `meta_info`, `sglext`,
-    /// `usage`, `sgl_ext`): its members; those that hold rows in full (an
-    /// object of compact rows has members of its own), the others not
-    /// their children.
+    /// An object that holds places (by [`places`]): its members; those that
+    /// hold rows in full (an object of compact rows has members of its
+    /// own), the others not their children.
     Members,
     /// Everything below.
     Deep,
