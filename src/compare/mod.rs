@@ -434,14 +434,14 @@ fn layer_slice(row: &[u8], layer: usize, bytes: usize) -> &[u8] {
 }
 
 /// One side's rows of one choice, walked position by position.
-struct Side {
+struct SideRows {
     runs: Vec<Gathered>,
     dtype: Dtype,
     /// Bytes of one layer's slice of a row.
     layer_bytes: usize,
 }
 
-impl Side {
+impl SideRows {
     fn row(&self, position: u64) -> Option<&[u8]> {
         let at = self
             .runs
@@ -492,7 +492,7 @@ fn compare_choice(
     // Row bytes are real data here (gather read them); zero-byte rows are
     // refused, so everything below is bounded by the data.
     let layers = usize::try_from(row_shape.first().copied().unwrap_or(1)).unwrap_or(usize::MAX);
-    let side = |runs: Vec<Gathered>, which: Which| -> Result<Side, CompareError> {
+    let side = |runs: Vec<Gathered>, which: Which| -> Result<SideRows, CompareError> {
         let dtype = runs.first().map_or(Dtype::Uint8, Gathered::dtype);
         let row_bytes = runs.first().map_or(0, |r| {
             let n = usize::try_from(r.positions().len()).unwrap_or(usize::MAX);
@@ -506,7 +506,7 @@ fn compare_choice(
                 shape: row_shape.clone(),
             });
         }
-        Ok(Side {
+        Ok(SideRows {
             runs,
             dtype,
             layer_bytes: row_bytes / layers.max(1),
@@ -537,9 +537,9 @@ struct Walk {
 
 impl Walk {
     /// Visits every position either side covers, in order.
-    fn run(&mut self, a: &Side, b: &Side) {
+    fn run(&mut self, a: &SideRows, b: &SideRows) {
         let intervals =
-            |s: &Side| -> Vec<Rows> { s.runs.iter().map(Gathered::positions).collect() };
+            |s: &SideRows| -> Vec<Rows> { s.runs.iter().map(Gathered::positions).collect() };
         let (ia, ib) = (intervals(a), intervals(b));
         let mut bounds: Vec<u64> = ia
             .iter()
@@ -603,7 +603,7 @@ impl Walk {
         }
     }
 
-    fn both(&mut self, a: &Side, b: &Side, x: u64) {
+    fn both(&mut self, a: &SideRows, b: &SideRows, x: u64) {
         let (Some(row_a), Some(row_b)) = (a.row(x), b.row(x)) else {
             return;
         };

@@ -69,16 +69,16 @@ pub fn every_place() -> impl Iterator<Item = &'static Place> {
 /// order: what a text that may carry rows must spell (or escape). A
 /// constant, so that the stream's prefilter is compiled for the table's
 /// keys as if it spelled them.
-pub(crate) const ROWS_KEYS: Keys = Keys::of(All::PLACES, Asked::Rows);
+pub(crate) const ROWS_KEYS: KeyList = KeyList::of(All::PLACES, Asked::Rows);
 
 /// The keys of a choice's members that hold counts (`token_ids`), each
 /// once, in the table's order.
-pub(crate) const CHOICE_COUNT_KEYS: Keys = Keys::of(All::PLACES, Asked::ChoiceCounts);
+pub(crate) const CHOICE_COUNT_KEYS: KeyList = KeyList::of(All::PLACES, Asked::ChoiceCounts);
 
-/// The most keys a [`Keys`] holds: more fail the build.
+/// The most keys a [`KeyList`] holds: more fail the build.
 const MAX_KEYS: usize = 16;
 
-/// Which keys [`Keys::of`] takes.
+/// Which keys [`KeyList::of`] takes.
 #[derive(Clone, Copy)]
 enum Asked {
     /// Every key that holds rows.
@@ -89,15 +89,15 @@ enum Asked {
 
 /// Keys of the table, each once, in its order: made in a constant.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Keys {
+pub(crate) struct KeyList {
     keys: [&'static [u8]; MAX_KEYS],
     len: usize,
 }
 
-impl Keys {
+impl KeyList {
     /// The keys of the places of `list` that `asked` takes.
-    const fn of(list: Option<&'static PlaceList>, asked: Asked) -> Keys {
-        let mut keys = Keys {
+    const fn of(list: Option<&'static PlaceList>, asked: Asked) -> KeyList {
+        let mut keys = KeyList {
             keys: [&[]; MAX_KEYS],
             len: 0,
         };

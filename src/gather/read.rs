@@ -15,7 +15,7 @@ use crate::codec::{Form, NpyError};
 use crate::error::{describe, Error, ErrorDetail, Location, Side};
 use crate::format;
 use crate::format::by_handle::item_at;
-use crate::format::by_handle::{Keys, PAYLOAD};
+use crate::format::by_handle::{SegmentKeys, PAYLOAD};
 use crate::format::inline;
 use crate::format::places::{Holds, Place, RowsKind};
 use crate::response::fields::ROUTED_EXPERTS;
@@ -376,7 +376,7 @@ pub(super) fn segments_of<'a>(
 ) -> impl Iterator<Item = (usize, Result<Segment<String>, Error>)> + 'a {
     items.iter().enumerate().filter_map(move |(j, item)| {
         let object = item.as_object()?;
-        let keys = Keys::of(item).filter(|k| k.field() == field)?;
+        let keys = SegmentKeys::of(item).filter(|k| k.field() == field)?;
         let at = || item_at(Side::Response, choice, j);
         let segment = keys
             .segment(&at)

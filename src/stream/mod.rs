@@ -88,7 +88,7 @@ use crate::format::stitch::Stitch;
 use crate::stitcher::Stitcher;
 
 use prefilter::{may_carry_rows, next_count, next_suspect};
-use slots::{rows_slots, Slot};
+use slots::{rows_slots, RowsSlot};
 use sse::{data_prefix, event_data, field, find_end, one_line, reframe, Scan, BOM};
 use tokens::Tokens;
 
@@ -136,7 +136,7 @@ pub struct StreamStitcher {
     /// How many events have been completed.
     events: u64,
     /// The rows already stitched: which slot, and the event it was on.
-    seen: Vec<(Slot, u64)>,
+    seen: Vec<(RowsSlot, u64)>,
     state: State,
     /// Scratch for a rows event's data and its merge.
     data: Vec<u8>,
