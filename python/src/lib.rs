@@ -35,7 +35,7 @@
 
 //! The modules: `errors` (`StitchError`), `conversion` (Python objects in
 //! and out), `merges` (the four merge functions), `readers` (`gather`,
-//! `check` and `check_rows`), `stream` (`StreamStitcher`), `detached_bytes` and `bytearray_buffer`
+//! `check` and `check_rows`), `places` (the table of places), `stream` (`StreamStitcher`), `detached_bytes` and `bytearray_buffer`
 //! (the unsafe code); this file holds the
 //! module definition.
 
@@ -46,6 +46,7 @@ mod conversion;
 mod detached_bytes;
 mod errors;
 mod merges;
+mod places;
 mod readers;
 mod stream;
 
@@ -65,5 +66,6 @@ fn python_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(readers::check_rows, m)?)?;
     m.add_class::<stream::StreamStitcher>()?;
     m.add_function(wrap_pyfunction!(readers::read_field, m)?)?;
+    m.add_function(wrap_pyfunction!(places::table, m)?)?;
     Ok(())
 }

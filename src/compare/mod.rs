@@ -36,10 +36,9 @@ mod values;
 use serde_json::Value;
 
 use crate::algebra::{Dtype, Rows};
-use crate::format::by_handle::PAYLOAD;
 use crate::format::sglang::META_INFO;
 use crate::gather::{
-    gather_runs_from, gather_sglang, read_choice_field, GatherError, Gathered, Store,
+    gather_runs_from, gather_sglang, payload_at, read_choice_field, GatherError, Gathered, Store,
 };
 use crate::reading::{FieldTable, Fill, Reading, Storage};
 use crate::response::fields::ROUTED_EXPERTS;
@@ -312,10 +311,10 @@ fn csr_sides(
                 return Ok(None);
             }
         }
-        let positions: Vec<Rows> = r["choices"][choice][PAYLOAD]
-            .as_array()
+        let items = payload_at(r, choice).ok().flatten();
+        let positions: Vec<Rows> = items
             .into_iter()
-            .flatten()
+            .flat_map(|(_, items)| items)
             .filter(|s| s.get("field").and_then(Value::as_str) == Some(field))
             .filter_map(|s| Rows::with_len(s.get("pos")?.as_u64()?, s.get("rows")?.as_u64()?))
             .collect();
@@ -400,11 +399,7 @@ fn prompt_len(
 /// the decode's. `None` when every segment names one file (a colocated
 /// response) or there are none.
 fn prefill_end(response: &Value, choice: usize, field: &str) -> Option<u64> {
-    let items = response
-        .get("choices")?
-        .get(choice)?
-        .get(PAYLOAD)?
-        .as_array()?;
+    let (_, items) = payload_at(response, choice).ok()??;
     let mut segments = items.iter().filter(|item| {
         item.get("field").and_then(Value::as_str) == Some(field)
             && item.get("rows").and_then(Value::as_u64) != Some(0)
