@@ -1669,7 +1669,9 @@ mod tests {
     #[test]
     fn every_place_of_the_table_is_held_to_its_laws() {
         let mut walked = 0;
-        for place in rows_places() {
+        // The crate's table itself, not the oracle's reading of it: a place
+        // the oracle left out is then a change it does not expect (R7).
+        for place in places::all().filter(|place| matches!(place.holds, Holds::Rows(_))) {
             let data = pair_at(place);
             let (prefill, decode) = split(&data).expect("two JSON texts");
             for (target, merge, kinds) in TARGETS {
