@@ -220,9 +220,9 @@ fn every_place_of_the_table_is_walked_through_every_path() {
         stream.feed(&event, &mut out).unwrap();
         stream.finish(&mut out).unwrap();
         assert_eq!(
-            out,
-            [b"data: ", &by_bytes[..], b"\n\n"].concat(),
-            "{place:?}"
+            String::from_utf8_lossy(&out),
+            String::from_utf8_lossy(&[b"data: ", &by_bytes[..], b"\n\n"].concat()),
+            "{place:?}: the stream"
         );
         // The verifiers read the rows where the table puts them: the one
         // reader, ...
