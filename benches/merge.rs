@@ -98,11 +98,11 @@ fn strict(c: &mut Criterion) {
         let id = format!("{choices}x{segments}");
         let (mut a, mut b) = (decode.clone(), decode.clone());
         assert_eq!(
-            plain.merge(&prefill, &mut a, pd_stitch::Stitch::Payload),
+            plain.merge(&prefill, &mut a, pd_stitch::Stitch::ByHandle),
             Ok(true)
         );
         assert_eq!(
-            strict.merge(&prefill, &mut b, pd_stitch::Stitch::Payload),
+            strict.merge(&prefill, &mut b, pd_stitch::Stitch::ByHandle),
             Ok(true)
         );
         assert!(a == b, "{id}: strict disagrees with the plain merge");
@@ -111,7 +111,8 @@ fn strict(c: &mut Criterion) {
                 bench.iter_batched(
                     || decode.clone(),
                     |mut d| {
-                        let stitched = stitcher.merge(&prefill, &mut d, pd_stitch::Stitch::Payload);
+                        let stitched =
+                            stitcher.merge(&prefill, &mut d, pd_stitch::Stitch::ByHandle);
                         (d, stitched)
                     },
                     BatchSize::PerIteration,

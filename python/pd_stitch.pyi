@@ -71,9 +71,20 @@ def gather(
     field: str = "routed_experts",
     root: Optional[_Path] = None,
     allow: Optional[Sequence[_Path]] = None,
+    row_shape: Optional[Tuple[int, int]] = None,
 ) -> Tuple[int, npt.NDArray[Any]]:
     """(start, rows): the rows of positions [start, start + len(rows)) of one
-    choice, shape (positions, *row_shape), in the segments' dtype."""
+    choice, shape (positions, *row_shape), in the segments' dtype. For
+    routed_experts, wherever the table of places() puts them, whatever their
+    kind; SGLang's rows placed with ``row_shape=(layers, top_k)`` (``choice``
+    is then the item of a batch array)."""
+
+def places() -> List[Dict[str, Optional[str]]]:
+    """The table of where rows and their counts sit, in its order: one dict
+    per place, ``holder`` ("choice", "choice_member" or "member"),
+    ``member`` (the key of the object that holds the place; None for a
+    choice), ``key``, and ``holds`` ("inline", "by_handle", "sglang" or
+    "count")."""
 
 def check(
     response: _Prefill,

@@ -4,7 +4,8 @@
 LAYERS below orders the files of src/ from the bottom up. A file may import
 from its own layer or from one below it, never from one above: the codecs know
 no response, the formats no plan, the plan no adapter, and only the verifiers
-may use everything.
+may use everything. Inside format/, the formats know no table (mod.rs, which
+lists them), and the check says how many imports run back up there.
 
 The command is a crate of its own on top of the library (cli/src/, the
 package pd-stitch-cli): cargo keeps every file of src/ from importing it. Its
@@ -66,13 +67,26 @@ LAYERS = [
     # where choices and inline rows sit, the field names, and what a merge
     # writes (response/patch.rs).
     ("view", ["response/"]),
-    # The kinds of rows behind one trait, each read, checked and planned:
-    # by handle (with strict mode's check, which the by-handle planner holds
-    # its planned payload against), inline vLLM/prime-rl rows and vLLM
-    # 0.32's end anchoring, SGLang's rows with their position solver; the
-    # table of where rows sit (format/table.rs); and Stitch, which kinds a
-    # merge stitches.
+    # format/, the kinds of rows, in four layers of its own, so that no
+    # arrow runs back up inside it. At the bottom, what every format is
+    # made of: what a place of rows is, Stitch (which kinds a merge
+    # stitches), the token counts that place a .npy (vLLM 0.32), and the
+    # Format trait with Spec and Level.
+    (
+        "fmt base",
+        ["format/places.rs", "format/stitch.rs", "format/end_anchored.rs", "format/interface.rs"],
+    ),
+    # What several formats share: strict mode's check, which the by-handle
+    # planner holds its planned payload against; the generic inline rows
+    # at a holder and a key, which each inline convention parameterizes.
+    ("fmt shared", ["format/strict.rs", "format/inline.rs"]),
+    # The formats, one file each (any file of format/ not named above or
+    # below, so that a new format needs no line here): rows by handle,
+    # SGLang's rows with their position solver, each inline convention.
     ("formats", ["format/"]),
+    # The table: the formats' mod lines, All and the questions every
+    # reader asks of it. It names every format, so it sits above them.
+    ("fmt table", ["format/mod.rs"]),
     # The one plan of a merge: every format run in one validating pass
     # through a View, its patches collected before anything is written.
     ("plan", ["merge/"]),
@@ -99,6 +113,8 @@ LAYERS = [
 COMMAND = "cli/src"
 
 UNPLACED = "add it to LAYERS in scripts/layering.py"
+# The folder whose own layers are reported apart: the formats and their table.
+INSIDE = "src/format/"
 TESTS = "#[cfg(test)]\nmod tests"
 MOD = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+([A-Za-z_]\w*)\s*;", re.M)
 # A module lib.rs declares, with the attributes and visibility before it
@@ -253,6 +269,8 @@ def check(root, command):
     edges = imports(root)
     count = sum(len({target for target, _ in e}) for e in edges.values())
     print(f"{len(edges)} files in {len(LAYERS)} layers, {count} imports, {len(found)} problems")
+    inside = [line for line in found if line.startswith(INSIDE) and f" imports src/{INSIDE}" in line]
+    print(f"  inside {INSIDE}: {len(inside)} imports back up")
     for index, (name, _) in enumerate(LAYERS):
         members = [f for f in edges if layer_of(f) == index]
         print(f"  {index:2} {name:10} {len(members):3} files")
@@ -346,6 +364,10 @@ def self_test(src="src", command=COMMAND):
         if layer_of(child_file) > layer_of(path)
     )
     fails_once(planted(parent, f"pub use {child}::Planted;"), parent, child_file)
+    # Inside format/: a format that takes an item of the table (mod.rs),
+    # the arrow back up that made All move out of the traits' file.
+    fmt = next(f for f in library if f.startswith("format/") and layer_of(f) == layer_of("format/"))
+    fails_once(planted(fmt, "use super::All;"), fmt, "format/mod.rs")
     # A file in no layer.
     with tempfile.TemporaryDirectory() as tmp:
         root = os.path.join(tmp, "src")
@@ -391,6 +413,7 @@ def self_test(src="src", command=COMMAND):
         f"self-test: the clean copy passes, and so do imports in a comment or a test module; "
         f"fails on {len(layers) - 1} imports planted across each boundary, on imports "
         f"through the root, through super:: and from {parent} to its child {child}, "
+        f"from {fmt} up to the table, "
         f"and on a file in no layer; the command passes, and fails on the library's private "
         f"{private} named alone or in a group, and on {shown} hidden from the docs"
     )

@@ -52,8 +52,10 @@
 //!
 //! # Rows inline
 //!
-//! Most deployments still carry the rows in the response itself, in
-//! `choices[i].routed_experts`: either *compact*, an object
+//! Most deployments still carry the rows in the response itself, at a place
+//! the engine chose (vLLM's and prime-rl's `choices[i].routed_experts`, for
+//! one; [`places::all`] lists every place, SPEC section 1a): either
+//! *compact*, an object
 //! `{"data": <base64 rows>, "shape": [seq, layers, topk], "start", "dtype"}`,
 //! or *npy*, the base64 of a NumPy `.npy` file. An inline value is one segment
 //! held in memory, so it is stitched by the same rule
@@ -94,9 +96,12 @@
 //! Inside, the files stand in layers, each importing only from its own or
 //! those below, and the folders name them: `algebra/`; `codec/` (base64,
 //! `.npy`, merged text); `error/`; `response/`, a response as read, and
-//! the patches a merge writes into it; `format/`, the kinds of rows (by
-//! handle, inline, vLLM 0.32's end anchoring, SGLang), each one file behind
-//! one trait, with the one table of where rows sit, and [`Stitch`];
+//! the patches a merge writes into it; `format/`, the kinds of rows, in
+//! layers of its own: at the bottom what a format is (the trait, what a
+//! place of rows is, [`Stitch`]), then what formats share (the generic
+//! inline rows at a holder and a key, strict mode), then the formats, one
+//! file each, and on top the table that lists them (`format/mod.rs`),
+//! which every reader of rows asks;
 //! `merge/`, the one plan, which runs every format and collects its
 //! patches; the adapters that apply the patches to a `serde_json::Value`
 //! and to [`bytes`], knowing no kind of rows; [`Stitcher`]; [`stream`];
@@ -173,15 +178,16 @@ pub use response::fields::{DEFAULT_FIELDS, ROUTED_EXPERTS, ROUTED_EXPERT_WEIGHTS
 /// The table of where each engine's rows sit in a response: every
 /// [`Place`](places::Place) ([`all`](places::all)), a key of a choice, of a
 /// member object of a choice, or of a member object of the response, and
-/// what it holds (rows of a kind, or a count that places them). The merge,
-/// the bytes scanner and the stream stitcher read these places; a program
-/// that looks for rows itself (the command's `probe`, the Python binding)
-/// asks the same table rather than spelling the keys again. It grows with
-/// the engines' conventions, and its shape may change in a minor version
-/// (README, "Stability").
+/// what it holds (rows of a kind, or a count that places them), each
+/// format's places in the order the merge runs the formats (SPEC section
+/// 1a). Everything in the crate that finds, reads, checks or locates rows
+/// reads these places; a program that looks for rows itself (the command's
+/// `probe`, the Python binding, the fuzz oracle) asks the same table rather
+/// than spelling the keys again. It grows with the engines' conventions,
+/// and its shape may change in a minor version (README, "Stability").
 pub mod places {
     pub use crate::format::places::{Holder, Holds, Place, RowsKind};
-    pub use crate::format::table::{every_place as all, keys_of, object_holders};
+    pub use crate::format::{every_place as all, keys_of, object_holders};
 }
 pub use format::stitch::Stitch;
 pub use stitcher::{

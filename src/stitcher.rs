@@ -41,7 +41,7 @@ use crate::response::fields::DEFAULT_FIELDS;
 ///
 /// assert!(stitcher.prefill_has_routed_experts(&prefill));
 /// assert!(!experts_only.prefill_has_routed_experts(&prefill));
-/// assert!(stitcher.merge(&prefill, &mut decode, Stitch::Payload)?);
+/// assert!(stitcher.merge(&prefill, &mut decode, Stitch::ByHandle)?);
 /// let payload = &decode["choices"][0]["payload"];
 /// assert_eq!(payload[1]["pos"], 4);
 /// assert_eq!(payload[1]["rows"], 1);
@@ -106,11 +106,11 @@ impl Stitcher {
     /// let mut decode = json!({"choices": [{"payload": [seg("d.bin", 2, 2), seg("e.bin", 5, 2)]}]});
     /// let before = decode.clone();
     ///
-    /// let err = Stitcher::new().strict().merge(&prefill, &mut decode, Stitch::Payload);
+    /// let err = Stitcher::new().strict().merge(&prefill, &mut decode, Stitch::ByHandle);
     /// assert_eq!(err.map_err(|e| e.kind()), Err(ErrorKind::Layout));
     /// assert_eq!(decode, before);
     /// // Without strict mode the merge goes through, gap and all.
-    /// assert!(Stitcher::new().merge(&prefill, &mut decode, Stitch::Payload)?);
+    /// assert!(Stitcher::new().merge(&prefill, &mut decode, Stitch::ByHandle)?);
     /// # Ok::<(), pd_stitch::Error>(())
     /// ```
     #[must_use]
@@ -285,8 +285,9 @@ impl Stitcher {
         crate::bytes::prefill_has_rows(&self.fields, prefill)
     }
 
-    /// Whether `prefill.choices[0]` has rows to stitch: a non-null inline
-    /// `routed_experts`, or a payload segment of one of this stitcher's fields.
+    /// Whether `prefill` has rows to stitch, at any place of the table of
+    /// places (`pd_stitch::places::all()`): rows that are not null, or for
+    /// rows by handle a payload segment of one of this stitcher's fields.
     pub fn prefill_has_routed_experts(&self, prefill: &Value) -> bool {
         crate::merge::prefill_has_rows(&self.fields, prefill)
     }
@@ -296,21 +297,21 @@ impl Stitcher {
 /// for one release so that routers and their CI keep building, each the one
 /// [`Stitcher::merge`] or [`Stitcher::merge_bytes`] call it names.
 impl Stitcher {
-    /// `merge(prefill, decode, Stitch::Payload)`.
+    /// `merge(prefill, decode, Stitch::ByHandle)`.
     ///
     /// # Errors
     ///
     /// As [`Stitcher::merge`].
     #[deprecated(
         since = "0.3.0",
-        note = "use `merge(prefill, decode, Stitch::Payload)`"
+        note = "use `merge(prefill, decode, Stitch::ByHandle)`"
     )]
     pub fn merge_routed_payload_in_json(
         &self,
         prefill: &Value,
         decode: &mut Value,
     ) -> Result<bool, Error> {
-        self.merge(prefill, decode, Stitch::Payload)
+        self.merge(prefill, decode, Stitch::ByHandle)
     }
 
     /// `merge(prefill, decode, Stitch::Inline)`.
@@ -354,17 +355,17 @@ impl Stitcher {
         self.merge_bytes(prefill, decode, Stitch::ForPd)
     }
 
-    /// `merge_bytes(prefill, decode, Stitch::Payload)`.
+    /// `merge_bytes(prefill, decode, Stitch::ByHandle)`.
     ///
     /// # Errors
     ///
     /// As [`Stitcher::merge_bytes`].
     #[deprecated(
         since = "0.3.0",
-        note = "use `merge_bytes(prefill, decode, Stitch::Payload)`"
+        note = "use `merge_bytes(prefill, decode, Stitch::ByHandle)`"
     )]
     pub fn merge_bytes_payload(&self, prefill: &[u8], decode: &mut Vec<u8>) -> Result<bool, Error> {
-        self.merge_bytes(prefill, decode, Stitch::Payload)
+        self.merge_bytes(prefill, decode, Stitch::ByHandle)
     }
 
     /// `merge_bytes(prefill, decode, Stitch::Inline)`.
@@ -439,11 +440,14 @@ impl Stitcher {
 ///   `decode.choices` not an array, a choice not an object, or a `payload`
 ///   neither an array nor null.
 pub fn merge_routed_payload_in_json(prefill: &Value, decode: &mut Value) -> Result<bool, Error> {
-    merge(default_spec(Stitch::Payload), prefill, decode)
+    merge(default_spec(Stitch::ByHandle), prefill, decode)
 }
 
-/// The inline P/D merge of `choices[i].routed_experts`, in place: the
-/// prefill's rows, then each decode choice's rows from the cut on.
+/// The inline P/D merge, in place, of the inline rows at every place of the
+/// table of places that holds them (vLLM's and prime-rl's
+/// `choices[i].routed_experts`, Dynamo's `nvext.routed_experts`, ...: SPEC
+/// section 1a): the prefill's rows, then each decode choice's rows (or the
+/// response's, where the response holds them) from the cut on.
 ///
 /// Both inline forms are merged. **Compact** rows
 /// (`{"data": <base64>, "shape": [seq, layers, topk], "start", "dtype"}`,
@@ -458,9 +462,6 @@ pub fn merge_routed_payload_in_json(prefill: &Value, decode: &mut Value) -> Resu
 /// Where dtypes differ and both are unsigned integers, the narrower rows are
 /// zero-extended to the wider (for npy, only a narrower prefill, since the
 /// output keeps the decode's dtype).
-///
-/// Inline rows that the response holds once, Dynamo's
-/// `nvext.routed_experts` (SPEC section 4b), are merged the same way.
 ///
 /// Returns `Ok(false)`, leaving `decode` untouched, when neither side has
 /// inline rows; `Ok(true)` when every decode choice's rows were merged.
@@ -505,10 +506,11 @@ pub fn merge_routed_experts_in_json(prefill: &Value, decode: &mut Value) -> Resu
     merge(default_spec(Stitch::Inline), prefill, decode)
 }
 
-/// What a router calls after a non-streaming P/D request: the inline merge
-/// ([`merge_routed_experts_in_json`]) and the by-handle merge
+/// What a router calls after a non-streaming P/D request: every kind of
+/// rows at every place of the table of places, as one atomic step: the
+/// inline merge ([`merge_routed_experts_in_json`]), the by-handle merge
 /// ([`merge_routed_payload_in_json`]) of the default fields
-/// ([`DEFAULT_FIELDS`](crate::DEFAULT_FIELDS)), as one atomic step.
+/// ([`DEFAULT_FIELDS`](crate::DEFAULT_FIELDS)) and SGLang's rows.
 ///
 /// Returns the OR of the two: `Ok(true)` when either kind of rows was
 /// stitched, `Ok(false)` (with `decode` untouched) when the responses carry
@@ -532,8 +534,9 @@ pub fn merge_routed_experts_for_pd(prefill: &Value, decode: &mut Value) -> Resul
     merge(default_spec(Stitch::ForPd), prefill, decode)
 }
 
-/// Whether `prefill.choices[0]` has rows to stitch: a non-null inline
-/// `routed_experts`, or a payload segment of a default field
+/// Whether `prefill` has rows to stitch, at any place of the table of places
+/// (`pd_stitch::places::all()`): rows that are not null, or for rows by
+/// handle a payload segment of a default field
 /// ([`DEFAULT_FIELDS`](crate::DEFAULT_FIELDS)).
 ///
 /// A router refuses a streaming P/D request when this is true: a stream cannot
@@ -580,7 +583,7 @@ mod tests {
                 Stitcher::merge_bytes_for_pd,
             ),
             (
-                Stitch::Payload,
+                Stitch::ByHandle,
                 Stitcher::merge_routed_payload_in_json,
                 Stitcher::merge_bytes_payload,
             ),

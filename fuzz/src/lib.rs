@@ -35,6 +35,7 @@
 #![forbid(unsafe_code)]
 
 use base64::Engine as _;
+use pd_stitch::places::{self, Holder, Holds, Place, RowsKind};
 use serde_json::{Map, Value};
 
 /// A public JSON entry point of pd-stitch.
@@ -68,9 +69,6 @@ impl Kinds {
     };
 }
 
-/// The inline and SGLang rows' field.
-const FIELD: &str = "routed_experts";
-
 /// The payload fields the free entry points stitch: the library's defaults,
 /// `routed_experts` and `routed_expert_weights`. Each is stitched at its own
 /// cut, so the by-handle laws are checked field by field.
@@ -87,6 +85,15 @@ pub fn split(data: &[u8]) -> Option<(Value, Value)> {
 
 /// Run `merge` on the input and assert the spec's laws on the outcome.
 pub fn check(data: &[u8], merge: Merge, kinds: Kinds) {
+    check_by(data, &merge, kinds);
+}
+
+/// [`check`] of any merge, a closure included (the tests' broken merges).
+fn check_by(
+    data: &[u8],
+    merge: &dyn Fn(&Value, &mut Value) -> Result<bool, pd_stitch::Error>,
+    kinds: Kinds,
+) {
     let Some((prefill, decode)) = split(data) else {
         return;
     };
@@ -103,37 +110,92 @@ pub fn check(data: &[u8], merge: Merge, kinds: Kinds) {
         strip(&merged, kinds) == strip(&decode, kinds),
         "R7: the merge changed more than the choices' rows"
     );
-    let segments = prefill_segments(&prefill);
-    let inline = prefill_inline(&prefill);
-    let nvext = nvext_rows(&prefill);
-    let sglang = sglang_slots(&prefill);
+    let has_rows = rows_places().any(|place| {
+        checks(kinds, place)
+            && match place.holds {
+                Holds::Rows(RowsKind::ByHandle) => !prefill_segments(&prefill, place).is_empty(),
+                Holds::Rows(RowsKind::Inline) => prefill_inline(&prefill, place).is_some(),
+                _ => false,
+            }
+    }) || (kinds.sglang && !sglang_slots(&prefill).is_empty());
     assert!(
-        (kinds.by_handle && !segments.is_empty())
-            || (kinds.inline && (inline.is_some() || nvext.is_some()))
-            || (kinds.sglang && !sglang.is_empty()),
+        has_rows,
         "R1/N2/Q1/D2: Ok(true) from a prefill without rows to merge"
     );
     if kinds.sglang {
         check_sglang(&prefill, &decode, &merged);
     }
-    if kinds.inline {
-        // D2: the response's nvext object is checked as a choice is.
-        let empty = Value::Object(Map::new());
-        let holder = |v: &'_ Value| v.get(NVEXT).cloned().unwrap_or_else(|| empty.clone());
-        check_inline(nvext, &holder(&decode), &holder(&merged), NVEXT);
+    let empty = Value::Object(Map::new());
+    let or_empty = |v: Option<&Value>| v.cloned().unwrap_or_else(|| empty.clone());
+    for place in rows_places().filter(|place| checks(kinds, place)) {
+        let Holder::Member(member) = place.holder else {
+            continue;
+        };
+        // D2: rows the response holds (Dynamo's nvext) are checked as a
+        // choice's are, in the object that holds them.
+        if place.holds == Holds::Rows(RowsKind::Inline) {
+            let p = prefill_inline(&prefill, place);
+            let (d, m) = (or_empty(decode.get(member)), or_empty(merged.get(member)));
+            check_inline(p, &d, &m, place.key, member);
+        }
     }
-    // Without a `choices` array there is nothing the merge may write to, and
-    // `strip` has shown the decode unchanged.
+    // Without a `choices` array there is nothing else the merge may write
+    // to, and `strip` has shown the decode unchanged.
     let (Some(before), Some(after)) = (choices(&decode), choices(&merged)) else {
         return;
     };
-    for (i, (d, m)) in before.iter().zip(after).enumerate() {
-        if kinds.by_handle {
-            check_by_handle(&segments, d, m, i);
+    for place in rows_places().filter(|place| checks(kinds, place)) {
+        for (i, (d, m)) in before.iter().zip(after).enumerate() {
+            // The object of the choice that holds the place: the choice,
+            // or an object of it.
+            let (d, m, at) = match place.holder {
+                Holder::Choice => (d.clone(), m.clone(), format!("choices[{i}]")),
+                Holder::ChoiceMember(member) => (
+                    or_empty(d.get(member)),
+                    or_empty(m.get(member)),
+                    format!("choices[{i}].{member}"),
+                ),
+                Holder::Member(_) => continue,
+            };
+            match place.holds {
+                Holds::Rows(RowsKind::ByHandle) => {
+                    check_by_handle(&prefill_segments(&prefill, place), &d, &m, place.key, &at);
+                }
+                Holds::Rows(RowsKind::Inline) => {
+                    check_inline(prefill_inline(&prefill, place), &d, &m, place.key, &at);
+                }
+                _ => {}
+            }
         }
-        if kinds.inline {
-            check_inline(inline, d, m, &format!("choices[{i}]"));
-        }
+    }
+}
+
+// ------------------------------------------------------------------ places
+
+/// Every place of pd-stitch's table that holds rows: where the laws are
+/// checked, so that a place added to the table is checked with no line
+/// here.
+fn rows_places() -> impl Iterator<Item = &'static Place> {
+    places::all().filter(|place| matches!(place.holds, Holds::Rows(_)))
+}
+
+/// Whether the entry point of `kinds` merges the rows of `place`.
+fn checks(kinds: Kinds, place: &Place) -> bool {
+    match place.holds {
+        Holds::Rows(RowsKind::ByHandle) => kinds.by_handle,
+        Holds::Rows(RowsKind::Inline) => kinds.inline,
+        Holds::Rows(RowsKind::Sglang) => kinds.sglang,
+        _ => false,
+    }
+}
+
+/// The object that holds `place` in `response`: of its first choice for a
+/// choice's place (the prefill's rows are its first choice's, SPEC R10).
+fn first_holder<'a>(response: &'a Value, place: &Place) -> Option<&'a Value> {
+    match place.holder {
+        Holder::Choice => prefill_choice(response),
+        Holder::ChoiceMember(member) => prefill_choice(response)?.get(member),
+        Holder::Member(member) => response.get(member),
     }
 }
 
@@ -148,18 +210,27 @@ fn strip(response: &Value, kinds: Kinds) -> Value {
             }
         }
     }
-    if kinds.inline {
-        if let Some(rows) = pointer_mut(&mut response, &[NVEXT, FIELD]) {
-            *rows = Value::Null;
+    for place in rows_places().filter(|place| checks(kinds, place)) {
+        if place.holds == Holds::Rows(RowsKind::Sglang) {
+            continue; // by its paths, above
         }
-    }
-    if let Some(choices) = response.get_mut("choices").and_then(Value::as_array_mut) {
-        for choice in choices.iter_mut().filter_map(Value::as_object_mut) {
-            if kinds.by_handle {
-                choice.remove("payload");
+        match place.holder {
+            Holder::Member(member) => {
+                if let Some(rows) = pointer_mut(&mut response, &[member, place.key]) {
+                    *rows = Value::Null;
+                }
             }
-            if kinds.inline {
-                choice.remove(FIELD);
+            Holder::Choice | Holder::ChoiceMember(_) => {
+                let choices = response.get_mut("choices").and_then(Value::as_array_mut);
+                for choice in choices.into_iter().flatten() {
+                    let holder = match place.holder {
+                        Holder::ChoiceMember(member) => choice.get_mut(member),
+                        _ => Some(choice),
+                    };
+                    if let Some(holder) = holder.and_then(Value::as_object_mut) {
+                        holder.remove(place.key);
+                    }
+                }
             }
         }
     }
@@ -168,25 +239,51 @@ fn strip(response: &Value, kinds: Kinds) -> Value {
 
 // ------------------------------------------------------------------ SGLang
 
-/// Where SGLang's rows may be, from an item (the response, or each element
-/// of a response that is an array: only `meta_info` there).
-const SGLANG_PATHS: [&[&str]; 3] = [
-    &["meta_info", FIELD],
-    &["sglext", FIELD],
-    &["choices", "0", "sgl_ext", FIELD],
-];
+/// Where SGLang's rows may be in an item, by path from it: each SGLang
+/// place of the table (`meta_info.routed_experts`, `sglext.routed_experts`,
+/// `choices[0].sgl_ext.routed_experts` today).
+fn sglang_item_paths() -> Vec<(Holder, Vec<String>)> {
+    rows_places()
+        .filter(|place| place.holds == Holds::Rows(RowsKind::Sglang))
+        .map(|place| {
+            let mut path: Vec<String> = match place.holder {
+                Holder::Choice => vec!["choices".into(), "0".into()],
+                Holder::ChoiceMember(member) => vec!["choices".into(), "0".into(), member.into()],
+                Holder::Member(member) => vec![member.into()],
+            };
+            path.push(place.key.into());
+            (place.holder, path)
+        })
+        .collect()
+}
 
-/// Every SGLang rows value a merge may write, by path from the root: each
-/// element's `meta_info.routed_experts` of an array, the three slots of an
-/// object.
+/// Every SGLang rows value a merge may write, by path from the root: the
+/// slots of an object; of an array (a `/generate` batch), each element's
+/// slots in an object that counts its own rows (`meta_info`: an output of a
+/// batch carries its rows where it counts them).
 fn sglang_paths(response: &Value) -> Vec<Vec<String>> {
     match response {
-        Value::Array(items) => (0..items.len())
-            .map(|i| vec![i.to_string(), "meta_info".into(), FIELD.into()])
-            .collect(),
-        Value::Object(_) => SGLANG_PATHS
-            .iter()
-            .map(|p| p.iter().map(|s| (*s).to_owned()).collect())
+        Value::Array(items) => {
+            let counted: Vec<Vec<String>> = sglang_item_paths()
+                .into_iter()
+                .filter(|(holder, _)| {
+                    places::all().any(|p| p.holder == *holder && p.holds == Holds::Count)
+                })
+                .map(|(_, path)| path)
+                .collect();
+            (0..items.len())
+                .flat_map(|i| {
+                    counted.iter().map(move |path| {
+                        let mut full = vec![i.to_string()];
+                        full.extend(path.iter().cloned());
+                        full
+                    })
+                })
+                .collect()
+        }
+        Value::Object(_) => sglang_item_paths()
+            .into_iter()
+            .map(|(_, path)| path)
             .collect(),
         _ => Vec::new(),
     }
@@ -270,27 +367,22 @@ fn prefill_choice(prefill: &Value) -> Option<&Value> {
     choices(prefill)?.first()
 }
 
-/// The prefill's stitched segments (R10: from `choices[0].payload` only).
-fn prefill_segments(prefill: &Value) -> Vec<&Value> {
-    prefill_choice(prefill)
-        .and_then(|c| c.get("payload"))
+/// The prefill's stitched segments at the by-handle `place` (R10: of its
+/// first choice only).
+fn prefill_segments<'a>(prefill: &'a Value, place: &Place) -> Vec<&'a Value> {
+    first_holder(prefill, place)
+        .and_then(|holder| holder.get(place.key))
         .and_then(Value::as_array)
         .map(|items| items.iter().filter(|x| is_stitched(x)).collect())
         .unwrap_or_default()
 }
 
-/// Dynamo's OpenAI API: compact rows once per response, at
-/// `nvext.routed_experts` (SPEC section 4b), merged as a choice's inline rows.
-const NVEXT: &str = "nvext";
-
-/// The prefill's `nvext.routed_experts` (present and not null).
-fn nvext_rows(prefill: &Value) -> Option<&Value> {
-    prefill.get(NVEXT)?.get(FIELD).filter(|v| !v.is_null())
-}
-
-/// The prefill's inline rows (N1: present and not null).
-fn prefill_inline(prefill: &Value) -> Option<&Value> {
-    prefill_choice(prefill)?.get(FIELD).filter(|v| !v.is_null())
+/// The prefill's inline rows at `place` (N1: present and not null): its
+/// first choice's, or the response's (Dynamo's `nvext`, SPEC section 4b).
+fn prefill_inline<'a>(prefill: &'a Value, place: &Place) -> Option<&'a Value> {
+    first_holder(prefill, place)?
+        .get(place.key)
+        .filter(|v| !v.is_null())
 }
 
 fn is_stitched(item: &Value) -> bool {
@@ -387,34 +479,33 @@ fn fate(item: &Value, cut: u128) -> Option<Value> {
     Some(clipped)
 }
 
-/// The by-handle laws on one decode choice `d` merged into `m`.
-fn check_by_handle(prefill: &[&Value], d: &Value, m: &Value, i: usize) {
+/// The by-handle laws on the object `d` of one decode choice that holds
+/// the payload `key` (the choice itself, today), merged into `m`; `i`
+/// names the object in messages.
+fn check_by_handle(prefill: &[&Value], d: &Value, m: &Value, key: &str, i: &str) {
     if prefill.is_empty() {
         // R1 (nothing on either side) or R4 (an error): the payload stays.
         assert!(
-            d.get("payload") == m.get("payload"),
-            "R1/R4: choices[{i}].payload changed with no prefill segment"
+            d.get(key) == m.get(key),
+            "R1/R4: {i}.{key} changed with no prefill segment"
         );
         return;
     }
-    assert!(
-        d.is_object(),
-        "R6: accepted choices[{i}] that is not an object"
-    );
-    let before: &[Value] = match d.get("payload") {
+    assert!(d.is_object(), "R6: accepted {i} that is not an object");
+    let before: &[Value] = match d.get(key) {
         None | Some(Value::Null) => &[],
         Some(Value::Array(items)) => items,
-        Some(other) => panic!("R6: accepted choices[{i}].payload = {other}"),
+        Some(other) => panic!("R6: accepted {i}.{key} = {other}"),
     };
     let after = m
-        .get("payload")
+        .get(key)
         .and_then(Value::as_array)
-        .unwrap_or_else(|| panic!("R5: choices[{i}] has no payload array after the merge"));
+        .unwrap_or_else(|| panic!("R5: {i} has no {key} array after the merge"));
 
     // L7: the prefill's stitched segments first, as they are, in order.
     assert!(
         after.len() >= prefill.len() && after.iter().zip(prefill).all(|(a, b)| a == *b),
-        "L7: choices[{i}].payload does not start with the prefill's segments"
+        "L7: {i}.{key} does not start with the prefill's segments"
     );
     // L5: the other items are the decode's, unchanged and in order.
     let others = |items: &[Value]| -> Vec<Value> {
@@ -422,7 +513,7 @@ fn check_by_handle(prefill: &[&Value], d: &Value, m: &Value, i: usize) {
     };
     assert!(
         others(after) == others(before),
-        "L5: choices[{i}]'s non-stitched items changed"
+        "L5: {i}'s non-stitched items changed"
     );
     for field in STITCHED {
         let of = |items: &[Value]| -> Vec<Value> {
@@ -444,7 +535,7 @@ fn check_by_handle(prefill: &[&Value], d: &Value, m: &Value, i: usize) {
             // stay as they were.
             assert!(
                 merged == of(before),
-                "R1: choices[{i}]'s {field} segments changed with no prefill segment of it"
+                "R1: {i}'s {field} segments changed with no prefill segment of it"
             );
             continue;
         }
@@ -455,7 +546,7 @@ fn check_by_handle(prefill: &[&Value], d: &Value, m: &Value, i: usize) {
 /// L9, L2 and L1 for one stitched field: `prefill` its prefill segments,
 /// `before` the decode's segments of it, `after` the merged ones after the
 /// prefill's.
-fn check_field(prefill: &[&Value], before: &[Value], after: &[Value], field: &str, i: usize) {
+fn check_field(prefill: &[&Value], before: &[Value], after: &[Value], field: &str, i: &str) {
     let p: Vec<Seg> = prefill.iter().map(|x| seg(x)).collect();
     let cut = p.iter().map(|s| s.end).max().expect("not empty");
 
@@ -463,7 +554,7 @@ fn check_field(prefill: &[&Value], before: &[Value], after: &[Value], field: &st
     let want: Vec<Value> = before.iter().filter_map(|x| fate(x, cut)).collect();
     assert!(
         after == want,
-        "L9: choices[{i}]'s decode {field} segments are not dropped/clipped/kept at cut {cut}"
+        "L9: {i}'s decode {field} segments are not dropped/clipped/kept at cut {cut}"
     );
 
     // L2: coverage(M) = coverage(P) ∪ (coverage(D) ∩ [cut, ∞)).
@@ -476,13 +567,13 @@ fn check_field(prefill: &[&Value], before: &[Value], after: &[Value], field: &st
     );
     assert!(
         union(msegs.iter().map(|s| (s.pos, s.end))) == expected,
-        "L2: choices[{i}]'s {field} coverage is not the prefill's plus the decode's from cut {cut}"
+        "L2: {i}'s {field} coverage is not the prefill's plus the decode's from cut {cut}"
     );
     // L1: disjoint sides make a disjoint merge.
     if disjoint(&p) && disjoint(&dsegs) {
         assert!(
             disjoint(&msegs),
-            "L1: choices[{i}]'s merged {field} segments overlap"
+            "L1: {i}'s merged {field} segments overlap"
         );
     }
 }
@@ -516,22 +607,24 @@ fn disjoint(segs: &[Seg]) -> bool {
 
 // ------------------------------------------------------------------- inline
 
-/// The inline laws on one decode choice `d` merged into `m`.
-fn check_inline(prefill: Option<&Value>, d: &Value, m: &Value, at: &str) {
+/// The inline laws on the object `d` that holds the rows `key` (a decode
+/// choice, or the response's object for rows it holds) merged into `m`;
+/// `at` names the object in messages.
+fn check_inline(prefill: Option<&Value>, d: &Value, m: &Value, key: &str, at: &str) {
     let Some(p) = prefill else {
         // N2: no prefill rows, so no decode rows either (or an error).
         assert!(
-            d.get(FIELD) == m.get(FIELD),
-            "N2: {at}.routed_experts changed with no prefill rows"
+            d.get(key) == m.get(key),
+            "N2: {at}.{key} changed with no prefill rows"
         );
         return;
     };
     let dr = d
-        .get(FIELD)
+        .get(key)
         .filter(|v| !v.is_null())
         .unwrap_or_else(|| panic!("N2: accepted {at} without rows"));
     let mr = m
-        .get(FIELD)
+        .get(key)
         .unwrap_or_else(|| panic!("N3: {at} lost its rows"));
     match (p, dr) {
         (Value::Object(p), Value::Object(dr)) => check_compact(p, dr, mr, at),
@@ -824,8 +917,9 @@ pub fn check_bytes(data: &[u8], bytes: BytesMerge, value: Merge) {
 ///
 /// - SL1: fed whole, fed in chunks whose sizes the stream's bytes choose, and
 ///   fed a byte at a time, the output and the result's kind are the same;
-/// - SL2: a stream with no `routed_experts`, `payload` or `\u` in it comes
-///   out byte for byte as it went in, and without error;
+/// - SL2: a stream with no key of the table that holds rows
+///   (`routed_experts`, `payload`, ...) and no `\u` in it comes out byte for
+///   byte as it went in, and without error;
 /// - SL4: after an error, every further call is refused;
 /// - SL5: given the prefill late, after as many chunks as the stream's first
 ///   byte says, the output and the result's kind are the same.
@@ -916,8 +1010,10 @@ pub fn check_stream(data: &[u8]) {
         (out.clone(), result),
         "SL5: the prefill given after {at} chunks"
     );
+    // The keys of the table that hold rows, and `\u`.
     let find = |needle: &[u8]| stream.windows(needle.len()).any(|w| w == needle);
-    if !find(b"routed_experts") && !find(b"payload") && !find(b"\\u") {
+    let keyed = rows_places().any(|place| find(place.key.as_bytes()));
+    if !keyed && !find(b"\\u") {
         assert_eq!(result, Ok(()), "SL2: a stream without rows keys failed");
         assert_eq!(out, stream, "SL2: a stream without rows keys changed");
     }
@@ -1061,6 +1157,21 @@ mod tests {
     use super::*;
     use std::panic::{catch_unwind, AssertUnwindSafe};
 
+    /// The field of the routed experts: of the segments the broken merges
+    /// touch, and of the inline rows they shorten.
+    const FIELD: &str = "routed_experts";
+
+    /// Dynamo's OpenAI API: compact rows once per response, at
+    /// `nvext.routed_experts` (SPEC section 4b).
+    const NVEXT: &str = "nvext";
+
+    /// The by-handle place of the table (`choices[i].payload`).
+    fn by_handle() -> &'static Place {
+        rows_places()
+            .find(|place| place.holds == Holds::Rows(RowsKind::ByHandle))
+            .expect("the table has a by-handle place")
+    }
+
     const TARGETS: [(&str, Merge, Kinds); 3] = [
         (
             "merge_routed_payload_in_json",
@@ -1120,7 +1231,7 @@ mod tests {
         edit: fn(&mut Value),
     ) -> Result<bool, pd_stitch::Error> {
         let result = pd_stitch::merge_routed_payload_in_json(p, d);
-        let prefix = prefill_segments(p).len();
+        let prefix = prefill_segments(p, by_handle()).len();
         for choice in d["choices"].as_array_mut().into_iter().flatten() {
             let items = choice["payload"].as_array_mut().into_iter().flatten();
             items.skip(prefix).filter(|x| is_stitched(x)).for_each(edit);
@@ -1265,7 +1376,7 @@ mod tests {
         let handle = "merge_routed_payload_in_json";
         let with_weights = |data: &Vec<u8>| {
             split(data).is_some_and(|(p, _)| {
-                prefill_segments(&p)
+                prefill_segments(&p, by_handle())
                     .iter()
                     .any(|x| field_of(x) == Some("routed_expert_weights"))
             })
@@ -1276,7 +1387,7 @@ mod tests {
         );
         let weights_only: Merge = |p, d| {
             let result = pd_stitch::merge_routed_payload_in_json(p, d);
-            let prefix = prefill_segments(p).len();
+            let prefix = prefill_segments(p, by_handle()).len();
             for choice in d["choices"].as_array_mut().into_iter().flatten() {
                 let items = choice["payload"].as_array_mut().into_iter().flatten();
                 items
@@ -1467,5 +1578,123 @@ mod tests {
                 catch_unwind(AssertUnwindSafe(|| check(data, wrong, Kinds::BOTH))).is_err()
             });
         assert!(fired);
+    }
+
+    /// A pair at `place`, built from the place by its kind, as fuzz input
+    /// (`prefill NUL decode`): inline compact rows, or a payload, at its
+    /// holder and key; SGLang's ids with their counts where the table puts
+    /// them (3 prompt tokens; 3 ids, then 5: one width reads them).
+    fn pair_at(place: &Place) -> Vec<u8> {
+        let put = |value: Value| {
+            let mut out = serde_json::json!({"choices": [{"index": 0}]});
+            let holder = match place.holder {
+                Holder::Choice => &mut out["choices"][0],
+                Holder::ChoiceMember(member) => &mut out["choices"][0][member],
+                Holder::Member(member) => &mut out[member],
+            };
+            holder[place.key] = value;
+            out
+        };
+        let (prefill, decode) = match place.holds {
+            Holds::Rows(RowsKind::Inline) => {
+                let rows = |data: &str, n: u64| serde_json::json!({"data": data, "shape": [n, 1, 3], "start": 0, "dtype": "uint8"});
+                (put(rows("AQID", 1)), put(rows("AAAABAUG", 2)))
+            }
+            Holds::Rows(RowsKind::ByHandle) => {
+                let segment = |file: &str, pos: u64, rows: u64| {
+                    serde_json::json!({"field": FIELD, "file": file, "offset": 0, "pos": pos,
+                        "rows": rows, "dtype": "uint8", "shape": [1]})
+                };
+                (
+                    put(serde_json::json!([segment("p", 0, 2)])),
+                    put(serde_json::json!([segment("d", 2, 3)])),
+                )
+            }
+            _ => {
+                // The counts in the rows' object when the table counts
+                // there, else in the response's object of counts alone.
+                let counted =
+                    |h: Holder| places::all().any(|p| p.holder == h && p.holds == Holds::Count);
+                let counts = if counted(place.holder) {
+                    place.holder
+                } else {
+                    places::all()
+                        .map(|p| p.holder)
+                        .find(|h| {
+                            matches!(h, Holder::Member(_))
+                                && places::all()
+                                    .filter(|p| p.holder == *h)
+                                    .all(|p| p.holds == Holds::Count)
+                        })
+                        .expect("an object of counts")
+                };
+                let side = |completion: u64, ids: &[i32]| {
+                    let bytes: Vec<u8> = ids.iter().flat_map(|i| i.to_le_bytes()).collect();
+                    let text = base64::engine::general_purpose::STANDARD.encode(bytes);
+                    let mut out = put(text.into());
+                    let Holder::Member(member) = counts else {
+                        panic!("counts of {place:?} in a choice");
+                    };
+                    out[member]["prompt_tokens"] = 3.into();
+                    out[member]["completion_tokens"] = completion.into();
+                    out
+                };
+                (side(1, &[10, 11, 12]), side(3, &[0, 0, 0, 20, 21]))
+            }
+        };
+        let mut data = serde_json::to_vec(&prefill).unwrap();
+        data.push(0);
+        data.extend(serde_json::to_vec(&decode).unwrap());
+        data
+    }
+
+    /// The value at `place` of `response`'s first choice (or of the
+    /// response, for rows it holds).
+    fn at_place<'a>(response: &'a mut Value, place: &Place) -> Option<&'a mut Value> {
+        let holder = match place.holder {
+            Holder::Choice => response.get_mut("choices")?.get_mut(0)?,
+            Holder::ChoiceMember(member) => {
+                response.get_mut("choices")?.get_mut(0)?.get_mut(member)?
+            }
+            Holder::Member(member) => response.get_mut(member)?,
+        };
+        holder.get_mut(place.key)
+    }
+
+    /// Every place of the table that holds rows is held to its laws: a pair
+    /// built at the place passes the checks under the entry points that
+    /// merge its kind, and a merge that leaves the rows there as the decode
+    /// sent them, returning `Ok(true)`, is caught. A place added to the
+    /// table is checked with no line here.
+    #[test]
+    fn every_place_of_the_table_is_held_to_its_laws() {
+        let mut walked = 0;
+        // The crate's table itself, not the oracle's reading of it: a place
+        // the oracle left out is then a change it does not expect (R7).
+        for place in places::all().filter(|place| matches!(place.holds, Holds::Rows(_))) {
+            let data = pair_at(place);
+            let (prefill, decode) = split(&data).expect("two JSON texts");
+            for (target, merge, kinds) in TARGETS {
+                if !checks(kinds, place) {
+                    continue;
+                }
+                check(&data, merge, kinds);
+                let mut merged = decode.clone();
+                assert_eq!(merge(&prefill, &mut merged), Ok(true), "{target} {place:?}");
+                let unstitched = |p: &Value, d: &mut Value| {
+                    let sent = at_place(d, place).map(|v| v.clone());
+                    let result = merge(p, d);
+                    if let (Some(sent), Some(rows)) = (sent, at_place(d, place)) {
+                        *rows = sent;
+                    }
+                    result
+                };
+                let fired =
+                    catch_unwind(AssertUnwindSafe(|| check_by(&data, &unstitched, kinds))).is_err();
+                assert!(fired, "{target}: rows left unstitched at {place:?} pass");
+            }
+            walked += 1;
+        }
+        assert!(walked >= 6, "{walked}");
     }
 }

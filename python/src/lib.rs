@@ -36,8 +36,9 @@
 
 //! The modules: `errors` (`StitchError`), `conversion` (Python objects in
 //! and out), `merges` (the four merge functions), `readers` (`gather`,
-//! `check` and `check_rows`), `episode` (`assemble_episode`), `stream`
-//! (`StreamStitcher`), `detached_bytes` and `bytearray_buffer`
+//! `check` and `check_rows`), `episode` (`assemble_episode`), `places`
+//! (the table of places), `stream` (`StreamStitcher`), `detached_bytes` and
+//! `bytearray_buffer`
 //! (the unsafe code); this file holds the
 //! module definition.
 
@@ -49,6 +50,7 @@ mod detached_bytes;
 mod episode;
 mod errors;
 mod merges;
+mod places;
 mod readers;
 mod stream;
 
@@ -69,5 +71,6 @@ fn python_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<stream::StreamStitcher>()?;
     m.add_function(wrap_pyfunction!(readers::read_field, m)?)?;
     m.add_function(wrap_pyfunction!(episode::assemble_episode, m)?)?;
+    m.add_function(wrap_pyfunction!(places::table, m)?)?;
     Ok(())
 }

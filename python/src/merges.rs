@@ -160,7 +160,7 @@ pub(crate) fn merge_routed_payload_in_json<'py>(
     fields: Option<&Bound<'py, PyAny>>,
     strict: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
-    merge(py, prefill, decode, fields, strict, None, Stitch::Payload)
+    merge(py, prefill, decode, fields, strict, None, Stitch::ByHandle)
 }
 
 /// Stitches the inline `routed_experts` (compact or npy) of `prefill` into `decode`.

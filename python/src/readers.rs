@@ -30,9 +30,12 @@ pub(crate) fn response_value(py: Python<'_>, response: &Bound<'_, PyAny>) -> PyR
     value(py, response, body, Side::Response)
 }
 
-/// The rows of `field` for `choice`: `(start, array)`.
+/// The rows of `field` for `choice`: `(start, array)`. For
+/// `routed_experts`, wherever the table of places puts them, whatever their
+/// kind (`gather::choice_rows`: SGLang's placed with `row_shape`); another
+/// field, from its payload segments.
 #[pyfunction]
-#[pyo3(signature = (response, choice=0, *, field="routed_experts", root=None, allow=None))]
+#[pyo3(signature = (response, choice=0, *, field="routed_experts", root=None, allow=None, row_shape=None))]
 #[pyo3(name = "gather")]
 pub(crate) fn gather_rows<'py>(
     py: Python<'py>,
@@ -41,11 +44,15 @@ pub(crate) fn gather_rows<'py>(
     field: &str,
     root: Option<PathBuf>,
     allow: Option<Vec<PathBuf>>,
+    row_shape: Option<(u64, u64)>,
 ) -> PyResult<(u64, Bound<'py, PyAny>)> {
     let value = response_value(py, response)?;
     let store = store(root, allow)?;
     let rows = py
-        .detach(|| gather::gather_from(&value, choice, field, &store))
+        .detach(|| match field {
+            pd_stitch::ROUTED_EXPERTS => gather::choice_rows(&value, choice, &store, row_shape),
+            _ => gather::gather_from(&value, choice, field, &store),
+        })
         .map_err(|e| gather_error(py, &e))?;
     let start = rows.positions().start();
     let (dtype, shape) = (rows.dtype(), rows.shape());

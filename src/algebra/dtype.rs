@@ -165,6 +165,25 @@ impl fmt::Display for SupportedNames {
     }
 }
 
+/// An IEEE half (`float16`) given by its bits, as `f64`: exactly, since
+/// every half is an `f64` (a NaN as `f64`'s NaN, its payload not kept).
+pub(crate) fn f16_to_f64(bits: u16) -> f64 {
+    let sign = if bits & 0x8000 != 0 { -1.0 } else { 1.0 };
+    let exponent = i32::from((bits >> 10) & 0x1f);
+    let fraction = f64::from(bits & 0x3ff);
+    match exponent {
+        0 => sign * fraction * 2f64.powi(-24),
+        0x1f if fraction == 0.0 => sign * f64::INFINITY,
+        0x1f => f64::NAN,
+        _ => sign * (1.0 + fraction / 1024.0) * 2f64.powi(exponent - 15),
+    }
+}
+
+/// A `bfloat16` given by its bits, as `f64`: the high half of an `f32`.
+pub(crate) fn bf16_to_f64(bits: u16) -> f64 {
+    f64::from(f32::from_bits(u32::from(bits) << 16))
+}
+
 /// A dtype name that is not one of the supported NumPy names.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("unsupported dtype {name:?}; expected one of {SupportedNames}")]
@@ -200,6 +219,22 @@ mod tests {
             assert_eq!(dtype.itemsize(), size, "{name}");
             assert_eq!(name.parse::<Dtype>(), Ok(dtype));
         }
+    }
+
+    #[test]
+    fn halves_convert_exactly() {
+        // 1.5, subnormals, the largest, infinities and NaN.
+        assert_eq!(f16_to_f64(0x3e00), 1.5);
+        assert_eq!(f16_to_f64(0xbe00), -1.5);
+        assert_eq!(f16_to_f64(0x0001), 2f64.powi(-24));
+        assert_eq!(f16_to_f64(0x03ff), 1023.0 * 2f64.powi(-24));
+        assert_eq!(f16_to_f64(0x7bff), 65504.0);
+        assert_eq!(f16_to_f64(0x7c00), f64::INFINITY);
+        assert_eq!(f16_to_f64(0xfc00), f64::NEG_INFINITY);
+        assert!(f16_to_f64(0x7e00).is_nan());
+        assert_eq!(bf16_to_f64(0x3fc0), 1.5);
+        assert_eq!(bf16_to_f64(0xff80), f64::NEG_INFINITY);
+        assert!(bf16_to_f64(0x7fc1).is_nan());
     }
 
     #[test]

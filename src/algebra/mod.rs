@@ -23,6 +23,7 @@ mod rows;
 mod segment;
 
 pub(crate) use dtype::SupportedNames;
+pub(crate) use dtype::{bf16_to_f64, f16_to_f64};
 pub use dtype::{Dtype, UnknownDtype};
 pub use extent::Extent;
 pub use layout::{check_layout, LayoutProblem};

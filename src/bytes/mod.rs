@@ -115,7 +115,7 @@ pub fn merge_routed_experts_for_pd(prefill: &[u8], decode: &mut Vec<u8>) -> Resu
 ///
 /// As [`merge_routed_experts_for_pd`].
 pub fn merge_routed_payload_in_json(prefill: &[u8], decode: &mut Vec<u8>) -> Result<bool, Error> {
-    merge(default_spec(stitch::Stitch::Payload), prefill, decode)
+    merge(default_spec(stitch::Stitch::ByHandle), prefill, decode)
 }
 
 /// [`merge_routed_experts_in_json`](crate::merge_routed_experts_in_json) on
@@ -215,10 +215,6 @@ pub(crate) fn merge<S: AsRef<str>, B: Buffer + ?Sized>(
     buffer::apply(decode, &edits)?;
     Ok(true)
 }
-
-/// The selector of what to stitch, which moved to the crate's root.
-#[deprecated(since = "0.3.0", note = "use `pd_stitch::Stitch`")]
-pub type Stitch = crate::format::stitch::Stitch;
 
 /// A merged decode, planned and validated but not yet written: how long it
 /// is, and a way to write it into a buffer of that length. Given to the

@@ -36,10 +36,9 @@ mod values;
 use serde_json::Value;
 
 use crate::algebra::{Dtype, Rows};
-use crate::format::by_handle::PAYLOAD;
 use crate::format::sglang::META_INFO;
 use crate::gather::{
-    gather_runs_from, gather_sglang, read_choice_field, GatherError, Gathered, Store,
+    gather_runs_from, gather_sglang, payload_at, read_choice_field, GatherError, Gathered, Store,
 };
 use crate::reading::{FieldTable, Fill, Reading, Storage};
 use crate::response::fields::ROUTED_EXPERTS;
@@ -312,10 +311,10 @@ fn csr_sides(
                 return Ok(None);
             }
         }
-        let positions: Vec<Rows> = r["choices"][choice][PAYLOAD]
-            .as_array()
+        let items = payload_at(r, choice).ok().flatten();
+        let positions: Vec<Rows> = items
             .into_iter()
-            .flatten()
+            .flat_map(|(_, items)| items)
             .filter(|s| s.get("field").and_then(Value::as_str) == Some(field))
             .filter_map(|s| Rows::with_len(s.get("pos")?.as_u64()?, s.get("rows")?.as_u64()?))
             .collect();
@@ -400,11 +399,7 @@ fn prompt_len(
 /// the decode's. `None` when every segment names one file (a colocated
 /// response) or there are none.
 fn prefill_end(response: &Value, choice: usize, field: &str) -> Option<u64> {
-    let items = response
-        .get("choices")?
-        .get(choice)?
-        .get(PAYLOAD)?
-        .as_array()?;
+    let (_, items) = payload_at(response, choice).ok()??;
     let mut segments = items.iter().filter(|item| {
         item.get("field").and_then(Value::as_str) == Some(field)
             && item.get("rows").and_then(Value::as_u64) != Some(0)
@@ -434,14 +429,14 @@ fn layer_slice(row: &[u8], layer: usize, bytes: usize) -> &[u8] {
 }
 
 /// One side's rows of one choice, walked position by position.
-struct Side {
+struct SideRows {
     runs: Vec<Gathered>,
     dtype: Dtype,
     /// Bytes of one layer's slice of a row.
     layer_bytes: usize,
 }
 
-impl Side {
+impl SideRows {
     fn row(&self, position: u64) -> Option<&[u8]> {
         let at = self
             .runs
@@ -492,7 +487,7 @@ fn compare_choice(
     // Row bytes are real data here (gather read them); zero-byte rows are
     // refused, so everything below is bounded by the data.
     let layers = usize::try_from(row_shape.first().copied().unwrap_or(1)).unwrap_or(usize::MAX);
-    let side = |runs: Vec<Gathered>, which: Which| -> Result<Side, CompareError> {
+    let side = |runs: Vec<Gathered>, which: Which| -> Result<SideRows, CompareError> {
         let dtype = runs.first().map_or(Dtype::Uint8, Gathered::dtype);
         let row_bytes = runs.first().map_or(0, |r| {
             let n = usize::try_from(r.positions().len()).unwrap_or(usize::MAX);
@@ -506,7 +501,7 @@ fn compare_choice(
                 shape: row_shape.clone(),
             });
         }
-        Ok(Side {
+        Ok(SideRows {
             runs,
             dtype,
             layer_bytes: row_bytes / layers.max(1),
@@ -537,9 +532,9 @@ struct Walk {
 
 impl Walk {
     /// Visits every position either side covers, in order.
-    fn run(&mut self, a: &Side, b: &Side) {
+    fn run(&mut self, a: &SideRows, b: &SideRows) {
         let intervals =
-            |s: &Side| -> Vec<Rows> { s.runs.iter().map(Gathered::positions).collect() };
+            |s: &SideRows| -> Vec<Rows> { s.runs.iter().map(Gathered::positions).collect() };
         let (ia, ib) = (intervals(a), intervals(b));
         let mut bounds: Vec<u64> = ia
             .iter()
@@ -603,7 +598,7 @@ impl Walk {
         }
     }
 
-    fn both(&mut self, a: &Side, b: &Side, x: u64) {
+    fn both(&mut self, a: &SideRows, b: &SideRows, x: u64) {
         let (Some(row_a), Some(row_b)) = (a.row(x), b.row(x)) else {
             return;
         };

@@ -21,7 +21,7 @@ use crate::response::json::{self, choice_at};
 use crate::response::paths::prefill_choice;
 use crate::response::view::{describe_view, Kind, View};
 
-use super::{Format, Level, Spec};
+use super::interface::{Format, Level, Spec};
 use crate::format::places::{place, Holder, Holds, Place, RowsKind};
 use crate::response::patch::{Item, Patch, Path};
 
@@ -97,7 +97,7 @@ impl Format for ByHandle {
     }
 
     fn has_rows<'a, S: AsRef<str>, V: View<'a>>(fields: &[S], prefill: V) -> bool {
-        prefill_payload(prefill).any(|item| Keys::stitched(fields, item).is_some())
+        prefill_payload(prefill).any(|item| SegmentKeys::stitched(fields, item).is_some())
     }
 
     fn prepare<'p, S: AsRef<str>, P: View<'p>>(
@@ -137,7 +137,7 @@ impl<'p, V: View<'p>> PrefillSegments<V> {
         let mut prefix_index = Vec::new();
         let mut cuts = Cuts::default();
         for (j, item) in prefill_payload(prefill).enumerate() {
-            let Some(keys) = Keys::stitched(fields, item) else {
+            let Some(keys) = SegmentKeys::stitched(fields, item) else {
                 continue;
             };
             let extent = keys.extent(&|| item_at(Side::Prefill, 0, j))?;
@@ -233,17 +233,17 @@ impl<'p, V: View<'p>> PrefillSegments<V> {
 fn stitched_index<'v, S: AsRef<str>, V: View<'v>>(
     fields: &[S],
     item: V,
-) -> Option<(usize, Keys<'v, V>)> {
+) -> Option<(usize, SegmentKeys<'v, V>)> {
     // A pass-through item is known by its `field` alone: nothing else of it
     // is read, but for the keys before `field` in the one pass a reader
     // whose keys are unique makes.
     let position = |field: &str| fields.iter().position(|f| f.as_ref() == field);
     if V::UNIQUE_KEYS {
-        return Keys::one_pass(item, position);
+        return SegmentKeys::one_pass(item, position);
     }
     let field = item.get("field")?.as_str()?;
     let f = position(&field)?;
-    Some((f, Keys::with_field(item, field)))
+    Some((f, SegmentKeys::with_field(item, field)))
 }
 
 /// The keys of a payload item that the merge reads: `field` looked up alone
@@ -251,7 +251,7 @@ fn stitched_index<'v, S: AsRef<str>, V: View<'v>>(
 /// in one pass over the object (a segment has few keys; one pass beats a
 /// lookup per key). A repeated key counts once, as its last occurrence, as
 /// in `serde_json`.
-pub(crate) struct Keys<'v, V> {
+pub(crate) struct SegmentKeys<'v, V> {
     field: Cow<'v, str>,
     pos: Option<V>,
     rows: Option<V>,
@@ -260,7 +260,7 @@ pub(crate) struct Keys<'v, V> {
     shape: Option<V>,
 }
 
-impl<'v, V: View<'v>> Keys<'v, V> {
+impl<'v, V: View<'v>> SegmentKeys<'v, V> {
     /// The keys of `item` when it is a stitched segment: an object whose
     /// `field` is a string naming one of `fields`.
     pub(crate) fn stitched<S: AsRef<str>>(fields: &[S], item: V) -> Option<Self> {
@@ -279,7 +279,7 @@ impl<'v, V: View<'v>> Keys<'v, V> {
     /// unique, when its `field` is a string that `position` finds; stops at
     /// `field` when it is not.
     fn one_pass(object: V, position: impl Fn(&str) -> Option<usize>) -> Option<(usize, Self)> {
-        let mut keys = Keys {
+        let mut keys = SegmentKeys {
             field: Cow::Borrowed(""),
             pos: None,
             rows: None,
@@ -325,7 +325,7 @@ impl<'v, V: View<'v>> Keys<'v, V> {
     /// The keys of the object `object` whose `field` is `field`: the other
     /// five in one pass over its members, keys compared as bytes.
     fn with_field(object: V, field: Cow<'v, str>) -> Self {
-        let mut keys = Keys {
+        let mut keys = SegmentKeys {
             field,
             pos: None,
             rows: None,
@@ -401,7 +401,7 @@ fn first_orphan<'d, S: AsRef<str>, D: View<'d>>(fields: &[S], decode: D) -> Opti
             continue;
         };
         for (j, item) in items.enumerate() {
-            if let Some(keys) = Keys::stitched(fields, item) {
+            if let Some(keys) = SegmentKeys::stitched(fields, item) {
                 let at = || item_at(Side::Decode, i, j);
                 return Some(match keys.extent(&at) {
                     Err(err) => err,

@@ -1,4 +1,8 @@
-//! Inline rows: `choices[i].routed_experts` carried in the response itself.
+//! Inline rows: rows carried in the response itself, at a holder and a
+//! key, one generic format ([`InlineAt`]) for every convention that puts
+//! them somewhere ([`InlinePlace`]): vLLM's and prime-rl's
+//! `choices[i].routed_experts` (`vllm.rs`), Dynamo's `nvext.routed_experts`
+//! (`nvext.rs`).
 //!
 //! Two forms are in use:
 //!
@@ -6,7 +10,9 @@
 //!   "shape": [seq, layers, topk], "start": <u64>, "dtype": "uint8" | ...}`,
 //!   covering positions `[start, start + seq)`. Without `dtype` it is `uint8`.
 //! - **npy**: a string, the base64 of a NumPy `.npy` file of shape
-//!   `(seq, layers, topk)`, covering `[0, seq)`.
+//!   `(seq, layers, topk)`, covering `[0, seq)`, or for rows a choice holds,
+//!   placed from its end by the response's token counts when it has them
+//!   (vLLM 0.32, `end_anchored.rs`).
 //!
 //! Either way an inline value is one [`Segment`] held in memory: `pos = start`,
 //! `rows = seq`, `offset = 0`, row shape `[layers, topk]`. The merge is the
@@ -18,8 +24,15 @@
 //! keep their position modulo 3, and only the rest is decoded and encoded
 //! (see `text`). The adapters write that text over the decode's own rows
 //! text, in place where the lengths allow (`Text::edit`).
+//!
+//! Where the rows sit fixes the rest: rows a choice holds (the choice, or an
+//! object of it) are planned per choice, and a `.npy` there is placed by
+//! the counts; rows the response holds (an object of it) are planned once
+//! per response, one set for the response's first choice, and a `.npy`
+//! there is placed from 0.
 
 use std::borrow::Cow;
+use std::marker::PhantomData;
 
 use crate::algebra::{Dtype, Segment};
 use crate::codec::base64::Base64;
@@ -28,85 +41,89 @@ use crate::codec::{npy, Form, NpyError};
 use crate::error::{Error, ErrorDetail, Location, Side};
 use crate::response::fields::ROUTED_EXPERTS;
 use crate::response::json;
-use crate::response::paths::{prefill_choice, prefill_rows, rows_at};
+use crate::response::paths::prefill_choice;
 use crate::response::view::{describe_view, Kind, View};
 
 use super::end_anchored::{self as anchor, Counts};
-use super::{Format, Level, Spec};
-use crate::format::places::{place, Holder, Holds, Place, RowsKind};
+use super::interface::{Format, Level, Spec};
+use super::places::{place, Holder, Holds, Place, RowsKind};
 use crate::response::patch::{Patch, Path, Scalar};
 
-/// vLLM's and prime-rl's inline rows, as a [`Format`].
-pub(crate) struct Inline;
+/// Where one convention's inline rows sit: the object that holds them and
+/// their key. A convention is this, and its row [`InlineAt`] of the table.
+pub(crate) trait InlinePlace {
+    /// What holds the rows.
+    const HOLDER: Holder;
+    /// Their key.
+    const KEY: &'static str;
+}
 
-impl Format for Inline {
-    const KIND: RowsKind = RowsKind::Inline;
-    const LEVEL: Level = Level::Choice;
-    const PLACES: &'static [Place] = &[
-        place(
-            Holder::Choice,
-            ROUTED_EXPERTS,
-            Holds::Rows(RowsKind::Inline),
-        ),
-        anchor::PLACES[0],
-        anchor::PLACES[1],
-    ];
-    type Prefill<'p, P: View<'p>> = PrefillRows<'p, P>;
+/// The inline rows at `P`'s place, as a [`Format`].
+pub(crate) struct InlineAt<P>(PhantomData<P>);
 
-    fn read<'p, S: AsRef<str>, P: View<'p>>(
-        _: &Spec<'_, S>,
-        prefill: P,
-    ) -> Result<Option<PrefillRows<'p, P>>, Error> {
-        PrefillRows::read(prefill)
+impl<P: InlinePlace> InlineAt<P> {
+    /// The place of the rows.
+    const ROWS: Place = place(P::HOLDER, P::KEY, Holds::Rows(RowsKind::Inline));
+
+    /// The rows of `response`'s `choice` (or of the response, for rows it
+    /// holds), when they are there and not null.
+    fn rows_in<'a, V: View<'a>>(response: V, choice: Option<V>) -> Option<V> {
+        Self::ROWS
+            .value_in(response, choice)
+            .filter(|value| !value.is_null())
     }
 
-    fn first_orphan<'d, S: AsRef<str>, D: View<'d>>(_: &Spec<'_, S>, decode: D) -> Option<Error> {
-        first_orphan(decode)
-    }
-
-    fn has_rows<'a, S: AsRef<str>, V: View<'a>>(_: &[S], prefill: V) -> bool {
-        prefill_rows(prefill).is_some()
-    }
-
-    fn plan_choice<'p, 'd, S: AsRef<str>, P: View<'p>, D: View<'d>>(
-        prefill: &mut PrefillRows<'p, P>,
+    /// Validates the decode's rows of choice `i` (`choice`, `None` for rows
+    /// the response holds) and plans their merge with the prefill's.
+    fn plan<'p, 'd, S: AsRef<str>, V: View<'p>, D: View<'d>>(
+        prefill: &PrefillRows<'p, V>,
         spec: &Spec<'_, S>,
         decode: D,
-        choice: D,
+        choice: Option<D>,
         i: usize,
-        out: &mut Vec<Patch<P>>,
+        out: &mut Vec<Patch<V>>,
     ) -> Result<(), Error> {
-        let given = spec.decode_counts.and_then(|counts| counts.get(i));
-        let merged = prefill.plan(decode, choice, i, given)?;
-        merged.write(rows_path(i), prefill.text, out);
+        let at = || Self::ROWS.at(Side::Decode, i);
+        let value = Self::rows_in(decode, choice)
+            .ok_or_else(|| ErrorDetail::MissingDecodeRows { at: at() })?;
+        let given = spec
+            .decode_counts
+            .filter(|_| Self::ROWS.per_choice())
+            .and_then(|counts| counts.get(i));
+        let counts = || match given {
+            Some(&counts) => Ok(Some(counts)),
+            None => counts(&Self::ROWS, decode, choice, Side::Decode, i),
+        };
+        let rows = Parsed::parse(value, counts, at)?;
+        merge(&prefill.rows, &rows, at)?.write(Self::ROWS.path(i), prefill.text, out);
         Ok(())
     }
 }
 
-/// `choices[i].routed_experts`.
-fn rows_path(i: usize) -> Path {
-    Path::ROOT.key("choices").index(i).key(ROUTED_EXPERTS)
-}
+impl<P: InlinePlace> Format for InlineAt<P> {
+    const KIND: RowsKind = RowsKind::Inline;
+    const LEVEL: Level = if Self::ROWS.per_choice() {
+        Level::Choice
+    } else {
+        Level::Response
+    };
+    const PLACES: &'static [Place] = if Self::ROWS.per_choice() {
+        &[Self::ROWS, anchor::PLACES[0], anchor::PLACES[1]]
+    } else {
+        &[Self::ROWS]
+    };
+    type Prefill<'p, V: View<'p>> = PrefillRows<'p, V>;
 
-/// The prefill's inline rows, validated, and the string that holds their
-/// text (what the merged texts call [`PREFILL`]).
-pub(crate) struct PrefillRows<'p, P> {
-    rows: Parsed<'p>,
-    text: P,
-}
-
-impl<'p, P: View<'p>> PrefillRows<'p, P> {
-    /// Reads and validates `prefill.choices[0].routed_experts`; `None` when it
-    /// is missing or null.
-    fn read(prefill: P) -> Result<Option<PrefillRows<'p, P>>, Error> {
-        let Some(value) = prefill_rows(prefill) else {
+    fn read<'p, S: AsRef<str>, V: View<'p>>(
+        _: &Spec<'_, S>,
+        prefill: V,
+    ) -> Result<Option<PrefillRows<'p, V>>, Error> {
+        let choice = prefill_choice(prefill);
+        let Some(value) = Self::rows_in(prefill, choice) else {
             return Ok(None);
         };
-        let counts = || match prefill_choice(prefill) {
-            Some(choice) => Counts::read(prefill, choice, Side::Prefill, 0),
-            None => Ok(None),
-        };
-        let rows = Parsed::parse(value, counts, || rows_at(Side::Prefill, 0))?;
+        let counts = || counts(&Self::ROWS, prefill, choice, Side::Prefill, 0);
+        let rows = Parsed::parse(value, counts, || Self::ROWS.at(Side::Prefill, 0))?;
         // The parse found the text there.
         let text = match value.kind() {
             Kind::Object => value.get("data").unwrap_or(value),
@@ -115,68 +132,102 @@ impl<'p, P: View<'p>> PrefillRows<'p, P> {
         Ok(Some(PrefillRows { rows, text }))
     }
 
-    /// Validates the rows of choice `i` of `decode` and computes its merged
-    /// rows, writing nothing.
-    /// `given` places a `.npy` in place of the decode's own counts.
-    fn plan<'d, D: View<'d>>(
-        &self,
-        decode: D,
-        choice: D,
-        i: usize,
-        given: Option<&Counts>,
-    ) -> Result<Merged, Error> {
-        let at = || rows_at(Side::Decode, i);
-        let value = choice
-            .get(ROUTED_EXPERTS)
-            .filter(|value| !value.is_null())
-            .ok_or_else(|| ErrorDetail::MissingDecodeRows { at: at() })?;
-        let counts = || match given {
-            Some(&counts) => Ok(Some(counts)),
-            None => Counts::read(decode, choice, Side::Decode, i),
-        };
-        let decode = Parsed::parse(value, counts, at)?;
-        merge(&self.rows, &decode, at)
-    }
-}
-
-/// The first decode choice with inline rows, as an error, when the prefill has
-/// none: its own validation error, or else [`ErrorDetail::MissingPrefillField`].
-fn first_orphan<'d, D: View<'d>>(decode: D) -> Option<Error> {
-    decode
-        .get("choices")?
-        .elements()?
-        .enumerate()
-        .find_map(|(i, choice)| {
-            let value = choice.get(ROUTED_EXPERTS).filter(|v| !v.is_null())?;
-            let at = || rows_at(Side::Decode, i);
+    /// The first decode rows, as an error, when the prefill has none: their
+    /// own validation error, or else [`ErrorDetail::MissingPrefillField`].
+    fn first_orphan<'d, S: AsRef<str>, D: View<'d>>(_: &Spec<'_, S>, decode: D) -> Option<Error> {
+        let orphan = |value: D, i: usize| {
+            let at = || Self::ROWS.at(Side::Decode, i);
             // Placed from 0: an orphan's positions are never used.
-            Some(match Parsed::parse(value, || Ok(None), at) {
+            match Parsed::parse(value, || Ok(None), at) {
                 Err(err) => err,
                 Ok(_) => ErrorDetail::MissingPrefillField {
                     at: at(),
-                    field: ROUTED_EXPERTS.to_owned(),
+                    field: P::KEY.to_owned(),
                 }
                 .into(),
-            })
-        })
+            }
+        };
+        if !Self::ROWS.per_choice() {
+            return Some(orphan(Self::rows_in(decode, None)?, 0));
+        }
+        decode
+            .get("choices")?
+            .elements()?
+            .enumerate()
+            .find_map(|(i, choice)| Some(orphan(Self::rows_in(decode, Some(choice))?, i)))
+    }
+
+    fn has_rows<'a, S: AsRef<str>, V: View<'a>>(_: &[S], prefill: V) -> bool {
+        Self::rows_in(prefill, prefill_choice(prefill)).is_some()
+    }
+
+    fn plan_choice<'p, 'd, S: AsRef<str>, V: View<'p>, D: View<'d>>(
+        prefill: &mut PrefillRows<'p, V>,
+        spec: &Spec<'_, S>,
+        decode: D,
+        choice: D,
+        i: usize,
+        out: &mut Vec<Patch<V>>,
+    ) -> Result<(), Error> {
+        if Self::LEVEL != Level::Choice {
+            return Ok(());
+        }
+        Self::plan(prefill, spec, decode, Some(choice), i, out)
+    }
+
+    fn plan_response<'p, 'd, S: AsRef<str>, V: View<'p>, D: View<'d>>(
+        prefill: &mut PrefillRows<'p, V>,
+        spec: &Spec<'_, S>,
+        decode: D,
+        out: &mut Vec<Patch<V>>,
+    ) -> Result<(), Error> {
+        if Self::LEVEL != Level::Response {
+            return Ok(());
+        }
+        Self::plan(prefill, spec, decode, None, 0, out)
+    }
 }
 
-/// Reads the inline rows `value` of choice `i` of `response` (the response
-/// read on its own, [`Side::Response`]): their positions and dtype (as an
-/// in-memory segment at offset 0, a `.npy` placed by the response's counts
-/// when it has them) and their bytes, in position order.
+/// The counts of choice `i` (`choice`) of `response` on `side` that place
+/// a `.npy` at `place`, for rows a choice holds (`None` without them, and
+/// for rows the response holds).
+fn counts<'a, V: View<'a>>(
+    place: &Place,
+    response: V,
+    choice: Option<V>,
+    side: Side,
+    i: usize,
+) -> Result<Option<Counts>, Error> {
+    match choice {
+        Some(choice) if place.per_choice() => Counts::read(response, choice, side, i),
+        _ => Ok(None),
+    }
+}
+
+/// The prefill's inline rows, validated, and the string that holds their
+/// text (what the merged texts call [`PREFILL`]).
+pub(crate) struct PrefillRows<'p, V> {
+    rows: Parsed<'p>,
+    text: V,
+}
+
+/// Reads the inline rows `value` at `place` of choice `i` of `response`
+/// (the response read on its own, [`Side::Response`]; rows the response
+/// holds are its first choice's): their positions and dtype (as an
+/// in-memory segment at offset 0, a `.npy` a choice holds placed by the
+/// response's counts when it has them) and their bytes, in position order.
+/// Errors name the place.
 #[cfg(feature = "verify")]
 pub(crate) fn read_rows(
     response: &serde_json::Value,
     i: usize,
+    place: &Place,
     value: &serde_json::Value,
 ) -> Result<(Form, Segment<()>, Vec<u8>), Error> {
     let side = Side::Response;
-    let counts = || match response.get("choices").and_then(|c| c.get(i)) {
-        Some(choice) => Counts::read(response, choice, side, i),
-        None => Ok(None),
-    };
-    let rows = Parsed::parse(value, counts, || rows_at(side, i))?;
+    let choice = response.get("choices").and_then(|c| c.get(i));
+    let counts = || counts(place, response, choice, side, i);
+    let rows = Parsed::parse(value, counts, || place.at(side, i))?;
     let mut bytes = Vec::new();
     let text = rows.base64();
     text.decode_range(rows.data, text.decoded_len(), &mut bytes);

@@ -2,8 +2,12 @@
 //! them, sit at a key of some object of the response: a choice, a member
 //! object of a choice, or a member object of the response (of each output,
 //! when an SGLang batch answers an array). Each format lists its places
-//! with these types (`Format::PLACES`); `table.rs` is the table they make.
+//! with these types (`Format::PLACES`); `mod.rs` is the table they make.
 //! A new place is one row of its format's list.
+
+use crate::error::{Location, Side};
+use crate::response::patch::Path;
+use crate::response::view::View;
 
 /// Which kind of rows a place holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,6 +50,46 @@ pub struct Place {
     pub key: &'static str,
     /// What its value is.
     pub holds: Holds,
+}
+
+impl Place {
+    /// Whether the place is one per choice (held by a choice or by an
+    /// object of it), rather than one per response.
+    pub(crate) const fn per_choice(&self) -> bool {
+        !matches!(self.holder, Holder::Member(_))
+    }
+
+    /// The object that holds the key: `choice` (an element of the
+    /// response's `choices`), an object of it, or an object of `response`.
+    pub(crate) fn holder_in<'a, V: View<'a>>(&self, response: V, choice: Option<V>) -> Option<V> {
+        match self.holder {
+            Holder::Choice => choice,
+            Holder::ChoiceMember(member) => choice?.get(member),
+            Holder::Member(member) => response.get(member),
+        }
+    }
+
+    /// The value at the place, `choice` as [`Place::holder_in`] takes it.
+    pub(crate) fn value_in<'a, V: View<'a>>(&self, response: V, choice: Option<V>) -> Option<V> {
+        self.holder_in(response, choice)?.get(self.key)
+    }
+
+    /// The path from the response's root to the place of choice `choice`
+    /// (the same for every choice when the response holds it).
+    pub(crate) fn path(&self, choice: usize) -> Path {
+        let choice = || Path::ROOT.key("choices").index(choice);
+        match self.holder {
+            Holder::Choice => choice(),
+            Holder::ChoiceMember(member) => choice().key(member),
+            Holder::Member(member) => Path::ROOT.key(member),
+        }
+        .key(self.key)
+    }
+
+    /// Where the place of choice `choice` is, in a response on `side`.
+    pub(crate) fn at(&self, side: Side, choice: usize) -> Location {
+        self.path(choice).location(side)
+    }
 }
 
 /// A place, written short in the formats' lists.

@@ -15,13 +15,39 @@ pub enum Stitch {
     ForPd,
     /// Rows by handle only, as
     /// [`merge_routed_payload_in_json`](crate::merge_routed_payload_in_json).
-    Payload,
+    ByHandle,
     /// Inline rows only, as
     /// [`merge_routed_experts_in_json`](crate::merge_routed_experts_in_json).
     Inline,
 }
 
 impl Stitch {
+    /// [`Stitch::ByHandle`], by its name before 0.4: it selects rows by
+    /// handle, of which a payload is only the list. A constant, so that
+    /// `Stitch::Payload` still reads in an expression and in a pattern,
+    /// with a warning:
+    ///
+    /// ```compile_fail
+    /// #![deny(deprecated)]
+    /// let what = pd_stitch::Stitch::Payload;
+    /// ```
+    ///
+    /// ```compile_fail
+    /// #![deny(deprecated)]
+    /// use pd_stitch::Stitch;
+    /// assert!(matches!(Stitch::ByHandle, Stitch::Payload));
+    /// ```
+    ///
+    /// ```
+    /// #![allow(deprecated)]
+    /// use pd_stitch::Stitch;
+    /// let what = Stitch::Payload;
+    /// assert!(matches!(what, Stitch::ByHandle) && matches!(Stitch::ByHandle, Stitch::Payload));
+    /// ```
+    #[deprecated(since = "0.4.0", note = "use `Stitch::ByHandle`")]
+    #[allow(non_upper_case_globals)]
+    pub const Payload: Stitch = Stitch::ByHandle;
+
     /// Whether rows of `kind` are stitched.
     pub(crate) fn stitches(self, kind: RowsKind) -> bool {
         match kind {
@@ -38,7 +64,7 @@ impl Stitch {
 
     /// Whether rows by handle are stitched.
     pub(crate) fn by_handle(self) -> bool {
-        matches!(self, Stitch::ForPd | Stitch::Payload)
+        matches!(self, Stitch::ForPd | Stitch::ByHandle)
     }
 
     /// Whether SGLang's rows are stitched: by the P/D merge, so that a

@@ -7,18 +7,17 @@
 
 use std::path::Path;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::algebra::{check_layout, Dtype, LayoutProblem, Segment};
 use crate::codec::Form;
-use crate::error::{describe, Location, Side};
-use crate::format::by_handle::item_at;
-use crate::format::by_handle::PAYLOAD;
+use crate::error::{describe, Location};
 use crate::format::inline;
+use crate::format::places::Place;
 use crate::reading::{FieldTable, Storage};
 use crate::response::fields::ROUTED_EXPERTS;
 
-use super::read::{coverage, inline_rows, segments_of};
+use super::read::{coverage, inline_rows, item_at, payload_at, segments_of};
 use super::report::{list, CheckReport, FieldReport};
 use super::{GatherError, Store};
 
@@ -54,16 +53,16 @@ pub fn check_from(response: &Value, store: &Store) -> CheckReport {
         }
     };
     for (i, choice) in choices.iter().enumerate() {
-        let Some(object) = choice.as_object() else {
+        if !choice.is_object() {
             report.problems.push(format!(
                 "response choices[{i}]: must be an object, got {}",
                 describe(Some(choice))
             ));
             continue;
         };
-        check_payload(object, i, store, &mut report);
-        if let Some(value) = inline_rows(response, object, i) {
-            report.fields.push(check_inline(response, i, value));
+        check_payload(response, i, store, &mut report);
+        if let Some((place, value)) = inline_rows(response, i) {
+            report.fields.push(check_inline(response, i, place, value));
         }
     }
     report
@@ -126,15 +125,12 @@ pub fn check_with(response: &Value, store: &Store, row_shape: Option<(u64, u64)>
     report
 }
 
-fn check_payload(choice: &Map<String, Value>, i: usize, store: &Store, report: &mut CheckReport) {
-    let items = match choice.get(PAYLOAD) {
-        None | Some(Value::Null) => return,
-        Some(Value::Array(items)) => items,
-        Some(other) => {
-            report.problems.push(format!(
-                "response choices[{i}].payload: must be an array or null, got {}",
-                describe(Some(other))
-            ));
+fn check_payload(response: &Value, i: usize, store: &Store, report: &mut CheckReport) {
+    let (place, items) = match payload_at(response, i) {
+        Ok(Some(payload)) => payload,
+        Ok(None) => return,
+        Err(err) => {
+            report.problems.push(err.to_string());
             return;
         }
     };
@@ -147,14 +143,22 @@ fn check_payload(choice: &Map<String, Value>, i: usize, store: &Store, report: &
         }
     }
     for field in fields {
-        report.fields.push(check_field(items, i, field, store));
+        report
+            .fields
+            .push(check_field(items, i, field, store, place));
     }
 }
 
-fn check_field(items: &[Value], i: usize, field: &str, store: &Store) -> FieldReport {
+fn check_field(
+    items: &[Value],
+    i: usize,
+    field: &str,
+    store: &Store,
+    place: &Place,
+) -> FieldReport {
     let mut out = FieldReport::empty(i, field.to_owned());
     let mut segments: Vec<(usize, Segment<String>)> = Vec::new();
-    for (j, segment) in segments_of(items, i, field) {
+    for (j, segment) in segments_of(items, i, field, place) {
         out.segments += 1;
         match segment {
             Ok(segment) => segments.push((j, segment)),
@@ -183,7 +187,7 @@ fn check_field(items: &[Value], i: usize, field: &str, store: &Store) -> FieldRe
     if csr {
         // The labels are not read; the offsets are.
         for (j, segment) in &segments {
-            if let Err(problem) = check_csr(segment, store, || item_at(Side::Response, i, *j)) {
+            if let Err(problem) = check_csr(segment, store, || item_at(place, i, *j)) {
                 out.problems.push(problem);
             }
         }
@@ -201,7 +205,7 @@ fn check_field(items: &[Value], i: usize, field: &str, store: &Store) -> FieldRe
             }
         }
         for (j, segment) in &segments {
-            if let Err(problem) = check_file(segment, store, || item_at(Side::Response, i, *j)) {
+            if let Err(problem) = check_file(segment, store, || item_at(place, i, *j)) {
                 out.problems.push(problem);
             }
         }
@@ -212,10 +216,10 @@ fn check_field(items: &[Value], i: usize, field: &str, store: &Store) -> FieldRe
     out
 }
 
-fn check_inline(response: &Value, i: usize, value: &Value) -> FieldReport {
+fn check_inline(response: &Value, i: usize, place: &Place, value: &Value) -> FieldReport {
     let mut out = FieldReport::empty(i, format!("{ROUTED_EXPERTS} (inline)"));
     out.segments = 1;
-    match inline::read_rows(response, i, value) {
+    match inline::read_rows(response, i, place, value) {
         Ok((form, segment, _)) => {
             out.field = format!(
                 "{ROUTED_EXPERTS} (inline {})",

@@ -7,13 +7,11 @@ use serde_json::Value;
 
 use crate::algebra::Segment;
 use crate::error::{Location, Side};
-use crate::format::by_handle::item_at;
-use crate::format::by_handle::PAYLOAD;
 use crate::format::inline;
 use crate::reading::{read_segments, ByteRequest, FieldTable, ReadError, ReadOptions, Reading};
 use crate::response::fields::ROUTED_EXPERTS;
 
-use super::read::{choice_object, inline_rows, segments_of};
+use super::read::{choice_object, inline_rows, item_at, payload_at, segments_of};
 use super::{GatherError, Store};
 
 /// Files read by more threads than one when a phase spans at least this
@@ -86,22 +84,24 @@ pub fn read_choice_field(
     hi: u64,
     store: &Store,
 ) -> Result<Option<Reading>, GatherError> {
-    let object = choice_object(response, choice)?;
-    let items = match object.get(PAYLOAD) {
-        Some(Value::Array(items)) => items.as_slice(),
-        _ => &[],
-    };
+    choice_object(response, choice)?;
+    // Read leniently: a payload that is not an array has no segments.
+    let payload = payload_at(response, choice).ok().flatten();
+    let (place, items) = payload.map_or((None, &[][..]), |(place, items)| (Some(place), items));
     let mut list = Vec::new();
     let mut indices = Vec::new();
-    for (j, segment) in segments_of(items, choice, field) {
+    for (j, segment) in place
+        .into_iter()
+        .flat_map(|place| segments_of(items, choice, field, place))
+    {
         list.push(segment?);
         indices.push(j);
     }
     let table = FieldTable::trainer();
     if list.is_empty() && field == ROUTED_EXPERTS {
         // Inline rows: one segment held in memory.
-        if let Some(value) = inline_rows(response, object, choice) {
-            let (_, segment, data) = inline::read_rows(response, choice, value)?;
+        if let Some((place, value)) = inline_rows(response, choice) {
+            let (_, segment, data) = inline::read_rows(response, choice, place, value)?;
             let spec = table.get(field).ok_or_else(|| GatherError::NoRows {
                 choice,
                 field: field.to_owned(),
@@ -125,7 +125,13 @@ pub fn read_choice_field(
                 });
         }
     }
-    let at = |k: usize| item_at(Side::Response, choice, indices.get(k).copied().unwrap_or(k));
+    let at = |k: usize| {
+        let j = indices.get(k).copied().unwrap_or(k);
+        place.map_or_else(
+            || Location::root(Side::Response),
+            |place| item_at(place, choice, j),
+        )
+    };
     read_field(
         &list,
         field,

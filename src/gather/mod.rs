@@ -3,7 +3,8 @@
 //! The merge never opens a file; this module does. [`gather`] reconstructs the
 //! `(positions, *shape)` array of one field of one choice, in position order,
 //! from the files its payload segments point at (rows by handle) or from its
-//! inline `routed_experts`. [`check`] looks over a whole response without
+//! inline rows, and [`choice_rows`] a choice's rows of any kind, wherever
+//! the table of places puts them. [`check`] looks over a whole response without
 //! stopping at the first problem: coverage, gaps, overlaps, dtype and shape
 //! consistency, and whether every segment's bytes exist in its file.
 //!
@@ -19,7 +20,9 @@
 //! One concern per file:
 //!
 //! - `store.rs`: [`Store`], where files are read from, and its confinement;
-//! - `read.rs`: [`gather`], [`gather_from`] and [`Gathered`], reading rows;
+//! - `read.rs`: [`choice_rows`], a choice's rows wherever the table of
+//!   places puts them, whatever their kind; [`gather`], [`gather_from`]
+//!   and [`Gathered`], reading rows;
 //! - `field.rs`: [`read_field`], the trainer's reading of a field
 //!   ([`crate::reading`]) through a store;
 //! - `turn.rs`: [`read_piece`] and [`read_turn`], a turn's rows for the
@@ -48,8 +51,10 @@ pub use check::{check, check_from, check_with};
 pub use error::{GatherError, GatherErrorKind};
 pub use field::{read_choice_field, read_field};
 pub use npy::npy_file;
-pub(crate) use read::coverage;
-pub use read::{gather, gather_from, gather_runs_from, gather_sglang, Gathered, Source};
+pub use read::{
+    choice_rows, gather, gather_from, gather_runs_from, gather_sglang, Gathered, Source,
+};
+pub(crate) use read::{coverage, payload_at};
 pub use report::{CheckReport, FieldReport};
 pub use sanity::{
     check_gathered, check_response_rows, check_rows, RowFinding, RowProblem, RowsCheck,

@@ -1,8 +1,9 @@
 //! Reading rows back: [`gather`] and [`gather_from`] reconstruct the
 //! `(positions, *shape)` array of one field of one choice, in position order,
 //! from the files its payload segments point at (through a [`Store`], so only
-//! where the store may read) or from its inline `routed_experts`, and
-//! [`Gathered`] is what they return. `coverage` (the union, gaps and
+//! where the store may read) or from its inline rows at the table's places,
+//! [`choice_rows`] a choice's rows of any kind wherever the table puts
+//! them, and [`Gathered`] is what they return. `coverage` (the union, gaps and
 //! overlaps of intervals) is here too: the readers need it, and `check`,
 //! which reads segments through this file, uses it as well.
 
@@ -13,11 +14,10 @@ use serde_json::{Map, Value};
 use crate::algebra::{Dtype, Rows, Segment};
 use crate::codec::{Form, NpyError};
 use crate::error::{describe, Error, ErrorDetail, Location, Side};
-use crate::format::by_handle::item_at;
-use crate::format::by_handle::{Keys, PAYLOAD};
+use crate::format;
+use crate::format::by_handle::SegmentKeys;
 use crate::format::inline;
-use crate::format::places::{Holder, Holds, RowsKind};
-use crate::format::table;
+use crate::format::places::{Holds, Place, RowsKind};
 use crate::response::fields::ROUTED_EXPERTS;
 use crate::response::json::choice_at;
 
@@ -131,7 +131,8 @@ impl Gathered {
 /// Reconstructs the rows of `field` for `choice` of `response`, in position
 /// order: from the files of its payload segments (relative names resolved
 /// against `root`), or, when it has no segment of `field` and `field` is
-/// `routed_experts`, from its inline rows.
+/// `routed_experts`, from its inline rows, at the first inline place of the
+/// table that has them ([`choice_rows`] reads SGLang's rows too).
 ///
 /// Only files inside `root` are read (`Store::confined(root, &[])`): a name
 /// that leads out of it, by `..`, as an absolute path or through a symlink,
@@ -189,26 +190,110 @@ pub fn gather_from(
     field: &str,
     store: &Store,
 ) -> Result<Gathered, GatherError> {
-    let object = choice_object(response, choice)?;
-    let segments = field_segments(object, choice, field)?;
-    if segments.is_empty() {
-        let inline = inline_rows(response, object, choice).filter(|_| field == ROUTED_EXPERTS);
-        let Some(value) = inline else {
-            return Err(GatherError::NoRows {
-                choice,
-                field: field.to_owned(),
-            });
-        };
-        let (form, segment, data) = inline::read_rows(response, choice, value)?;
-        return Ok(Gathered {
-            positions: segment.positions(),
-            dtype: segment.dtype(),
-            shape: segment.shape().to_vec(),
-            data,
-            source: Source::Inline(form),
-        });
+    choice_object(response, choice)?;
+    if let Some((place, segments)) = field_segments(response, choice, field)? {
+        return read_covered(
+            covered(&segments, choice, field, place)?,
+            store,
+            choice,
+            place,
+        );
     }
-    read_covered(covered(&segments, choice, field)?, store, choice)
+    let inline = inline_rows(response, choice).filter(|_| field == ROUTED_EXPERTS);
+    let Some((place, value)) = inline else {
+        return Err(GatherError::NoRows {
+            choice,
+            field: field.to_owned(),
+        });
+    };
+    read_inline(response, choice, place, value)
+}
+
+/// The routed experts' rows of choice `choice` of `response`, wherever the
+/// table of places (`pd_stitch::places::all()`) puts them and whatever
+/// their kind, in position order with their positions: at the first place
+/// of the table, in its order, where the choice has rows. Rows by handle
+/// (the segments of `routed_experts`) are read from `store`; inline rows
+/// wherever they sit (a choice's, or for the first choice the response's);
+/// SGLang's rows placed with `row_shape`, `(layers, top_k)`, which the wire
+/// does not carry (`choice` is then the item: the response, or an element
+/// of a batch array). The one reader of a response's rows that every kind
+/// goes through, so that a format added to the table is read here.
+///
+/// ```
+/// use pd_stitch::gather::{choice_rows, Store};
+/// use serde_json::json;
+///
+/// let compact = json!({"data": "AQIDBAUG", "shape": [2, 1, 3], "start": 4, "dtype": "uint8"});
+/// let rows = choice_rows(&json!({"choices": [{"routed_experts": compact}]}), 0, &Store::memory(), None)?;
+/// assert_eq!((rows.positions().start(), rows.shape()), (4, vec![2, 1, 3]));
+/// // SGLang's ids: 2 prompt tokens and 3 generated make rows [0, 4).
+/// let sglang = json!({"meta_info": {"prompt_tokens": 2, "completion_tokens": 3,
+///     "routed_experts": "AQAAAAIAAAADAAAABAAAAA=="}});
+/// let rows = choice_rows(&sglang, 0, &Store::memory(), Some((1, 1)))?;
+/// assert_eq!(rows.positions().end(), 4);
+/// # Ok::<(), pd_stitch::gather::GatherError>(())
+/// ```
+///
+/// # Errors
+///
+/// What reading the rows at their place meets, as [`gather_from`] and
+/// [`gather_sglang`] say; [`GatherError::RowShapeNeeded`] for SGLang rows
+/// without `row_shape`; [`GatherError::NoRows`] when the choice has rows
+/// at no place.
+pub fn choice_rows(
+    response: &Value,
+    choice: usize,
+    store: &Store,
+    row_shape: Option<(u64, u64)>,
+) -> Result<Gathered, GatherError> {
+    for place in format::every_place() {
+        match place.holds {
+            Holds::Count => {}
+            Holds::Rows(RowsKind::ByHandle) => {
+                let segments = segments_at(response, choice, ROUTED_EXPERTS, place)?;
+                if !segments.is_empty() {
+                    let covered = covered(&segments, choice, ROUTED_EXPERTS, place)?;
+                    return read_covered(covered, store, choice, place);
+                }
+            }
+            Holds::Rows(RowsKind::Inline) => {
+                if let Some(value) = inline_at(response, choice, place) {
+                    return read_inline(response, choice, place, value);
+                }
+            }
+            Holds::Rows(RowsKind::Sglang) => {
+                if sglang_at(response, choice, place) {
+                    let Some((layers, top_k)) = row_shape else {
+                        return Err(GatherError::RowShapeNeeded { item: choice });
+                    };
+                    return gather_sglang(response, choice, layers, top_k);
+                }
+            }
+        }
+    }
+    Err(GatherError::NoRows {
+        choice,
+        field: ROUTED_EXPERTS.to_owned(),
+    })
+}
+
+/// Inline rows at `place` of choice `choice`, read as [`Gathered`]; errors
+/// name the place.
+fn read_inline(
+    response: &Value,
+    choice: usize,
+    place: &Place,
+    value: &Value,
+) -> Result<Gathered, GatherError> {
+    let (form, segment, data) = inline::read_rows(response, choice, place, value)?;
+    Ok(Gathered {
+        positions: segment.positions(),
+        dtype: segment.dtype(),
+        shape: segment.shape().to_vec(),
+        data,
+        source: Source::Inline(form),
+    })
 }
 
 /// The rows of checked segments, read from `store`, written at their
@@ -218,12 +303,13 @@ fn read_covered(
     covered: Covered<'_>,
     store: &Store,
     choice: usize,
+    place: &Place,
 ) -> Result<Gathered, GatherError> {
     let wide = usize::try_from(covered.dtype.itemsize()).unwrap_or(8);
     let mut pieces: Vec<(u64, Vec<u8>)> = Vec::with_capacity(covered.in_order.len());
     let mut narrow = Vec::new();
     for (j, segment) in &covered.in_order {
-        let at = || item_at(Side::Response, choice, *j);
+        let at = || item_at(place, choice, *j);
         let itemsize = usize::try_from(segment.dtype().itemsize()).unwrap_or(8);
         let mut data = Vec::new();
         if itemsize == wide {
@@ -285,10 +371,13 @@ pub fn gather_runs_from(
     field: &str,
     store: &Store,
 ) -> Result<Vec<Gathered>, GatherError> {
-    let object = choice_object(response, choice)?;
-    let segments = field_segments(object, choice, field)?;
-    match covered(&segments, choice, field) {
-        // Inline rows, or segments with no gap: gather's own answer.
+    choice_object(response, choice)?;
+    let segments = field_segments(response, choice, field)?;
+    // Inline rows, or segments with no gap: gather's own answer.
+    let Some((place, segments)) = segments else {
+        return gather_from(response, choice, field, store).map(|rows| vec![rows]);
+    };
+    match covered(&segments, choice, field, place) {
         Err(GatherError::NoRows { .. }) | Ok(_) => {
             return gather_from(response, choice, field, store).map(|rows| vec![rows])
         }
@@ -309,7 +398,12 @@ pub fn gather_runs_from(
     }
     let mut runs = Vec::with_capacity(union.len());
     for run in members {
-        runs.push(read_covered(covered(&run, choice, field)?, store, choice)?);
+        runs.push(read_covered(
+            covered(&run, choice, field, place)?,
+            store,
+            choice,
+            place,
+        )?);
     }
     Ok(runs)
 }
@@ -341,19 +435,79 @@ pub(super) fn choice_object(
     }
 }
 
-/// Every valid segment of `field` in the choice's payload, with its payload
-/// index, the file a string.
+/// The by-handle places of the table (today one: `choices[i].payload`).
+fn by_handle_places() -> impl Iterator<Item = &'static Place> {
+    format::every_place().filter(|place| place.holds == Holds::Rows(RowsKind::ByHandle))
+}
+
+/// Choice `choice`'s payload at the first by-handle place of the table
+/// where it has one (present and not null): the place and its items.
+///
+/// # Errors
+///
+/// [`ErrorDetail::Structure`] at the place when the value is not an array.
+pub(crate) fn payload_at(
+    response: &Value,
+    choice: usize,
+) -> Result<Option<(&'static Place, &[Value])>, Error> {
+    let object = response.get("choices").and_then(|c| c.get(choice));
+    for place in by_handle_places() {
+        match place.value_in(response, object) {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(items)) => return Ok(Some((place, items))),
+            Some(other) => {
+                return Err(ErrorDetail::Structure {
+                    at: place.at(Side::Response, choice),
+                    expected: "an array or null",
+                    got: describe(Some(other)),
+                }
+                .into())
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Where item `item` of the payload at `place` of choice `choice` is.
+pub(super) fn item_at(place: &Place, choice: usize, item: usize) -> Location {
+    place.at(Side::Response, choice).index(item)
+}
+
+/// Every valid segment of `field` in the choice's payload (at the table's
+/// by-handle place that has one), with its payload index, the file a
+/// string, and the place; `None` when it has no segment of `field`.
+#[allow(clippy::type_complexity)]
 fn field_segments(
-    choice: &Map<String, Value>,
-    index: usize,
+    response: &Value,
+    choice: usize,
     field: &str,
+) -> Result<Option<(&'static Place, Vec<(usize, Segment<String>)>)>, GatherError> {
+    let Some((place, items)) = payload_at(response, choice)? else {
+        return Ok(None);
+    };
+    let mut segments = Vec::new();
+    for (j, segment) in segments_of(items, choice, field, place) {
+        segments.push((j, segment?));
+    }
+    Ok((!segments.is_empty()).then_some((place, segments)))
+}
+
+/// The valid segments of `field` of the payload at `place` of choice
+/// `choice`, with their payload indices (none when it has no payload
+/// there).
+fn segments_at(
+    response: &Value,
+    choice: usize,
+    field: &str,
+    place: &Place,
 ) -> Result<Vec<(usize, Segment<String>)>, GatherError> {
-    let items = match choice.get(PAYLOAD) {
-        None | Some(Value::Null) => return Ok(Vec::new()),
+    let object = response.get("choices").and_then(|c| c.get(choice));
+    let items = match place.value_in(response, object) {
         Some(Value::Array(items)) => items,
+        None | Some(Value::Null) => return Ok(Vec::new()),
         Some(other) => {
             return Err(Error::from(ErrorDetail::Structure {
-                at: choice_at(Side::Response, index).key(PAYLOAD),
+                at: place.at(Side::Response, choice),
                 expected: "an array or null",
                 got: describe(Some(other)),
             })
@@ -361,23 +515,25 @@ fn field_segments(
         }
     };
     let mut segments = Vec::new();
-    for (j, segment) in segments_of(items, index, field) {
+    for (j, segment) in segments_of(items, choice, field, place) {
         segments.push((j, segment?));
     }
     Ok(segments)
 }
 
 /// Each payload item of `field` with its index, validated into a segment
-/// whose file is a string (or the error that says why it is not one).
+/// whose file is a string (or the error that says why it is not one); the
+/// items are those of the payload at `place` of choice `choice`.
 pub(super) fn segments_of<'a>(
     items: &'a [Value],
     choice: usize,
     field: &'a str,
+    place: &'a Place,
 ) -> impl Iterator<Item = (usize, Result<Segment<String>, Error>)> + 'a {
     items.iter().enumerate().filter_map(move |(j, item)| {
         let object = item.as_object()?;
-        let keys = Keys::of(item).filter(|k| k.field() == field)?;
-        let at = || item_at(Side::Response, choice, j);
+        let keys = SegmentKeys::of(item).filter(|k| k.field() == field)?;
+        let at = || item_at(place, choice, j);
         let segment = keys
             .segment(&at)
             .and_then(|segment| match object.get("file") {
@@ -408,6 +564,7 @@ fn covered<'s>(
     segments: &'s [(usize, Segment<String>)],
     choice: usize,
     field: &str,
+    place: &Place,
 ) -> Result<Covered<'s>, GatherError> {
     let Some((first_index, first)) = segments.first() else {
         return Err(GatherError::NoRows {
@@ -432,7 +589,7 @@ fn covered<'s>(
             continue;
         };
         return Err(GatherError::Inconsistent {
-            at: item_at(Side::Response, choice, *j),
+            at: item_at(place, choice, *j),
             what,
             first: *first_index,
         });
@@ -533,26 +690,40 @@ fn push_merged(list: &mut Vec<Rows>, r: Rows) {
     }
 }
 
-/// Choice `choice`'s inline rows: its own `routed_experts`, or for the first
-/// choice the inline rows the response holds (Dynamo's `nvext`), at the
-/// first such place of the table, since the engine that writes them answers
-/// one per response.
-pub(super) fn inline_rows<'a>(
-    response: &'a Value,
-    choice_object: &'a Map<String, Value>,
-    choice: usize,
-) -> Option<&'a Value> {
-    let own = choice_object.get(ROUTED_EXPERTS).filter(|v| !v.is_null());
-    if own.is_some() || choice != 0 {
-        return own;
-    }
-    table::every_place()
+/// Choice `choice`'s inline rows, at the first inline place of the table
+/// (`pd_stitch::places`) that has them, with that place: its own (held by
+/// it or an object of it), or for the first choice those the response
+/// holds (Dynamo's `nvext`), since the engine that writes them answers one
+/// per response.
+pub(super) fn inline_rows(response: &Value, choice: usize) -> Option<(&'static Place, &Value)> {
+    format::every_place()
         .filter(|place| place.holds == Holds::Rows(RowsKind::Inline))
-        .find_map(|place| match place.holder {
-            Holder::Member(member) => response
-                .get(member)?
-                .get(place.key)
-                .filter(|v| !v.is_null()),
-            Holder::Choice | Holder::ChoiceMember(_) => None,
-        })
+        .find_map(|place| Some((place, inline_at(response, choice, place)?)))
+}
+
+/// The inline rows at `place` of choice `choice` (the response's, for the
+/// first choice only), when they are there and not null.
+fn inline_at<'a>(response: &'a Value, choice: usize, place: &Place) -> Option<&'a Value> {
+    if !place.per_choice() && choice != 0 {
+        return None;
+    }
+    let object = response.get("choices").and_then(|c| c.get(choice));
+    place
+        .value_in(response, object)
+        .filter(|value| !value.is_null())
+}
+
+/// Whether `item` of `response` (an element of a batch array, or the
+/// response itself for item 0) has SGLang rows at `place`, not null.
+fn sglang_at(response: &Value, item: usize, place: &Place) -> bool {
+    let output = match response {
+        Value::Array(items) => items.get(item),
+        other => (item == 0).then_some(other),
+    };
+    output.is_some_and(|output| {
+        let first = output.get("choices").and_then(|c| c.get(0));
+        place
+            .value_in(output, first)
+            .is_some_and(|value| !value.is_null())
+    })
 }

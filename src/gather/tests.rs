@@ -151,6 +151,73 @@ fn inline_rows_are_gathered_for_routed_experts_only() {
     assert!(matches!(none, Err(GatherError::NoRows { .. })), "{none:?}");
 }
 
+/// `choice_rows` reads every kind wherever the table puts it: segments
+/// through the store, a choice's inline rows, the response's inline rows
+/// (Dynamo's `nvext`) for its first choice only, SGLang's rows with the
+/// row shape and refused without it, and says when there are none.
+#[test]
+fn choice_rows_reads_every_kind_at_its_place() {
+    let store = counting_store("a.bin", 20);
+    let by_handle = one_choice(vec![segment(ROUTED_EXPERTS, "a.bin", 2, 5, 3, 2)]);
+    let rows = choice_rows(&by_handle, 0, &store, None).unwrap();
+    assert_eq!(
+        (rows.source(), rows.positions()),
+        (Source::Files, Rows::new(5, 8).unwrap())
+    );
+    assert_eq!(rows.data(), [2, 3, 4, 5, 6, 7]);
+    let compact = json!({"data": "AQIDBA==", "shape": [2, 1, 2], "start": 3, "dtype": "uint8"});
+    let inline = json!({"choices": [{"routed_experts": compact}]});
+    let rows = choice_rows(&inline, 0, &store, None).unwrap();
+    assert_eq!(rows.source(), Source::Inline(Form::Compact));
+    assert_eq!(
+        (rows.positions(), rows.data()),
+        (Rows::new(3, 5).unwrap(), &[1, 2, 3, 4][..])
+    );
+    let nvext =
+        json!({"choices": [{"index": 0}, {"index": 1}], "nvext": {"routed_experts": compact}});
+    assert_eq!(
+        choice_rows(&nvext, 0, &store, None).unwrap().data(),
+        [1, 2, 3, 4]
+    );
+    assert!(matches!(
+        choice_rows(&nvext, 1, &store, None),
+        Err(GatherError::NoRows { choice: 1, .. })
+    ));
+    // 2 prompt tokens, 3 generated, ids 1..=4: rows [0, 4) of 1 x 1.
+    let sglang = json!({"choices": [{"index": 0}], "usage": {"prompt_tokens": 2, "completion_tokens": 3},
+        "sglext": {"routed_experts": "AQAAAAIAAAADAAAABAAAAA=="}});
+    let rows = choice_rows(&sglang, 0, &store, Some((1, 1))).unwrap();
+    assert_eq!(
+        (rows.source(), rows.positions()),
+        (Source::Sglang, Rows::new(0, 4).unwrap())
+    );
+    let err = choice_rows(&sglang, 0, &store, None).unwrap_err();
+    assert!(
+        matches!(err, GatherError::RowShapeNeeded { item: 0 }),
+        "{err}"
+    );
+    let batch = json!([{"meta_info": {}}, {"meta_info": {"routed_experts": "AAAAAA=="}}]);
+    let err = choice_rows(&batch, 1, &store, None).unwrap_err();
+    assert!(
+        matches!(err, GatherError::RowShapeNeeded { item: 1 }),
+        "{err}"
+    );
+    let none = choice_rows(
+        &json!({"choices": [{"text": "a"}]}),
+        0,
+        &store,
+        Some((1, 1)),
+    );
+    assert!(matches!(none, Err(GatherError::NoRows { .. })), "{none:?}");
+    // Bad rows are named at their own place.
+    let bad = json!({"choices": [{}], "nvext": {"routed_experts": {"data": 3}}});
+    let err = choice_rows(&bad, 0, &store, None).unwrap_err();
+    assert_eq!(
+        err.location().unwrap().to_string(),
+        "response nvext.routed_experts.data"
+    );
+}
+
 /// `check` of one choice whose files are written to a scratch directory.
 fn check_one(name: &str, payload: Vec<Value>, files: &[(&str, u8)]) -> FieldReport {
     let dir = scratch(name);
@@ -273,6 +340,30 @@ fn check_reports_inline_rows_and_ignores_null_ones() {
         Path::new("."),
     );
     assert!(null.is_ok() && null.fields.is_empty(), "{null}");
+}
+
+/// Bad rows the response holds (Dynamo's `nvext.routed_experts`) are
+/// reported at their own place: `inline::read_rows` built every location
+/// as a choice's `routed_experts`, so `check` and `gather` named
+/// `choices[0].routed_experts.data`, where the rows are not.
+#[test]
+fn bad_rows_the_response_holds_are_reported_at_their_place() {
+    let bad = json!({"choices": [{"index": 0}],
+        "nvext": {"routed_experts": {"data": "A!==", "shape": [1, 1, 3], "start": 0}}});
+    let report = check_from(&bad, &Store::memory());
+    let [field] = &report.fields[..] else {
+        panic!("{report}");
+    };
+    assert_eq!(
+        field.problems,
+        ["response nvext.routed_experts.data: invalid base64: character '!' at 1 is not in the standard alphabet"]
+    );
+    let err = gather_from(&bad, 0, ROUTED_EXPERTS, &Store::memory()).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("response nvext.routed_experts.data: "),
+        "{err}"
+    );
 }
 
 /// Runs of consecutive positions of `set`, as intervals.

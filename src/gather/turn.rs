@@ -24,10 +24,10 @@ use serde_json::Value;
 use crate::codec::Form;
 use crate::episode::{Phase, RowPiece};
 use crate::error::Location;
-use crate::places::{self, Holder, Holds, RowsKind};
-use crate::response::fields::ROUTED_EXPERTS;
+use crate::places::{self, Holder, Holds};
 
-use super::{gather_from, gather_sglang, GatherError, Source, Store};
+use super::read::inline_rows;
+use super::{choice_rows, GatherError, Source, Store};
 
 /// The response(s) a turn's rows are read from: choice 0 (an SGLang
 /// batch's output 0) of each.
@@ -173,11 +173,12 @@ impl std::error::Error for TurnReadError {
 
 /// The rows of choice `choice` of `response` as a piece of a turn: a whole
 /// response's (`side` `None`: stitched, or colocated) or one side of a P/D
-/// pair. Rows by handle are read through `store` (confined as it is);
-/// SGLang's ids need their `(layers, top_k)`, which is not on the wire.
+/// pair, read by [`choice_rows`] wherever the table of places puts them.
+/// Rows by handle are read through `store` (confined as it is); SGLang's
+/// ids need their `(layers, top_k)`, which is not on the wire.
 ///
 /// For an SGLang batch (a response that is an array of outputs) `choice`
-/// is the output's index, as [`gather_sglang`] takes it.
+/// is the output's index, as [`gather_sglang`](super::gather_sglang) takes it.
 ///
 /// ```
 /// use pd_stitch::episode::RowPiece;
@@ -195,7 +196,7 @@ impl std::error::Error for TurnReadError {
 ///
 /// # Errors
 ///
-/// [`GatherError`]: what [`gather_from`] or [`gather_sglang`] refuses, and
+/// [`GatherError`]: what [`choice_rows`] refuses, among them
 /// [`GatherError::RowShapeNeeded`] for SGLang rows read without their row
 /// shape.
 pub fn read_piece(
@@ -205,20 +206,17 @@ pub fn read_piece(
     store: &Store,
     row_shape: Option<(u64, u64)>,
 ) -> Result<RowPiece, GatherError> {
-    let (rows, first) = if holds_sglang_rows(response, choice) {
-        let (layers, top_k) = row_shape.ok_or(GatherError::RowShapeNeeded { item: choice })?;
-        let rows = gather_sglang(response, choice, layers, top_k)?;
-        let first = rows.positions().start();
-        (rows, Some(first))
-    } else {
-        let rows = gather_from(response, choice, ROUTED_EXPERTS, store)?;
-        let said = match rows.source() {
-            Source::Inline(Form::Npy) => counted(response, choice),
-            Source::Inline(Form::Compact) | Source::Files | Source::Sglang => true,
-        };
-        let first = rows.positions().start();
-        (rows, said.then_some(first))
+    let rows = choice_rows(response, choice, store, row_shape)?;
+    // A `.npy` says where it starts only when its choice's counts placed
+    // it (rows the response holds are placed from 0, by no count).
+    let said = match rows.source() {
+        Source::Inline(Form::Npy) => {
+            inline_rows(response, choice).is_some_and(|(place, _)| place.per_choice())
+                && counted(response, choice)
+        }
+        Source::Inline(Form::Compact) | Source::Files | Source::Sglang => true,
     };
+    let first = said.then_some(rows.positions().start());
     let dtype = rows.dtype();
     let shape = rows.row_shape().to_vec();
     let bytes = rows.into_data();
@@ -231,33 +229,6 @@ pub fn read_piece(
         Some(first) => piece.at(first),
         None => piece,
     })
-}
-
-/// Whether the output `item` of `response` (the response itself unless it
-/// is an array) holds SGLang rows at one of the table's places.
-fn holds_sglang_rows(response: &Value, item: usize) -> bool {
-    let output = match response {
-        Value::Array(outputs) => outputs.get(item),
-        _ => Some(response),
-    };
-    let Some(output) = output else {
-        return false;
-    };
-    places::all()
-        .filter(|place| place.holds == Holds::Rows(RowsKind::Sglang))
-        .any(|place| {
-            let holder = match place.holder {
-                Holder::Member(member) => output.get(member),
-                Holder::ChoiceMember(member) => output
-                    .get("choices")
-                    .and_then(|choices| choices.get(0))
-                    .and_then(|choice| choice.get(member)),
-                Holder::Choice => output.get("choices").and_then(|choices| choices.get(item)),
-            };
-            holder
-                .and_then(|holder| holder.get(place.key))
-                .is_some_and(|rows| !rows.is_null())
-        })
 }
 
 /// Whether choice `choice` carries the counts that place its `.npy` (a

@@ -16,11 +16,12 @@
 
 pub(crate) mod value;
 
-pub(crate) use crate::format::Spec;
+pub(crate) use crate::format::interface::Spec;
 
 use crate::error::{Error, ErrorDetail, Location, Side};
+use crate::format::interface::{Formats, Level};
 use crate::format::stitch::Stitch;
-use crate::format::{All, Formats, Level};
+use crate::format::All;
 use crate::response::fields::DEFAULT_FIELDS;
 use crate::response::json::choice_at;
 use crate::response::patch::Patch;

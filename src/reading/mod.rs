@@ -22,7 +22,7 @@
 
 use std::ops::Range;
 
-use crate::algebra::{Dtype, Rows, Segment};
+use crate::algebra::{bf16_to_f64, f16_to_f64, Dtype, Rows, Segment};
 
 #[cfg(test)]
 mod tests;
@@ -588,7 +588,7 @@ fn element(dtype: Dtype, bytes: &[u8]) -> Element {
         Dtype::Uint64 => Element::Int(i128::from(bits)),
         Dtype::Float16 => Element::Float(f16_to_f64(bits as u16)),
         // Refused before any element is read (NumPy cannot name it).
-        Dtype::Bfloat16 => Element::Float(f64::from(f32::from_bits((bits as u32) << 16))),
+        Dtype::Bfloat16 => Element::Float(bf16_to_f64(bits as u16)),
         Dtype::Float32 => Element::Float(f64::from(f32::from_bits(bits as u32))),
         Dtype::Float64 => Element::Float(f64::from_bits(bits)),
     }
@@ -635,19 +635,6 @@ fn to_float32(dtype: Dtype, bytes: &[u8]) -> f32 {
         Element::Int(v) if v < 0 => (v as i64) as f32,
         Element::Int(v) => (v as u64) as f32,
         Element::Float(x) => x as f32,
-    }
-}
-
-/// An IEEE half as `f64`.
-fn f16_to_f64(bits: u16) -> f64 {
-    let sign = if bits & 0x8000 != 0 { -1.0 } else { 1.0 };
-    let exponent = i32::from((bits >> 10) & 0x1f);
-    let fraction = f64::from(bits & 0x3ff);
-    match exponent {
-        0 => sign * fraction * 2f64.powi(-24),
-        0x1f if fraction == 0.0 => sign * f64::INFINITY,
-        0x1f => f64::NAN,
-        _ => sign * (1.0 + fraction / 1024.0) * 2f64.powi(exponent - 15),
     }
 }
 

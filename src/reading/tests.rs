@@ -6,10 +6,10 @@ use proptest::prelude::*;
 use super::*;
 
 /// The files of a test: bytes by index.
-type Files = Vec<Vec<u8>>;
+type FileBytes = Vec<Vec<u8>>;
 
 fn source(
-    files: &Files,
+    files: &FileBytes,
 ) -> impl FnMut(&[ByteRequest<'_, usize>]) -> Result<Vec<Vec<u8>>, String> + '_ {
     move |requests| {
         requests
@@ -113,7 +113,7 @@ fn fill_bits(fill: Fill, out: Values) -> u32 {
 /// Fixed-width, position by position and element by element: the value at
 /// `(x, idx)` is the last segment's (in payload order) that covers `x` in
 /// the window and whose dims contain `idx`, else the fill.
-fn naive_fixed(fill: Fill, segs: &[Segment<usize>], files: &Files, lo: u64, hi: u64) -> Naive {
+fn naive_fixed(fill: Fill, segs: &[Segment<usize>], files: &FileBytes, lo: u64, hi: u64) -> Naive {
     if hi < lo {
         return None;
     }
@@ -181,7 +181,7 @@ fn naive_fixed(fill: Fill, segs: &[Segment<usize>], files: &Files, lo: u64, hi: 
 /// CSR, position by position: the row at `x` is that of the last non-empty
 /// segment covering `x`, its values taken in order from the segment's
 /// window values after those of the rows before `x` in the window.
-fn naive_csr(fill: Fill, segs: &[Segment<usize>], files: &Files, lo: u64, hi: u64) -> Naive {
+fn naive_csr(fill: Fill, segs: &[Segment<usize>], files: &FileBytes, lo: u64, hi: u64) -> Naive {
     if hi < lo || segs.is_empty() {
         return None;
     }
@@ -289,7 +289,7 @@ fn shape() -> impl Strategy<Value = Vec<u64>> {
 }
 
 /// Fixed-width lists: few files of random bytes, segments anywhere in them.
-fn fixed_case() -> impl Strategy<Value = (Files, Vec<Segment<usize>>, u64, u64)> {
+fn fixed_case() -> impl Strategy<Value = (FileBytes, Vec<Segment<usize>>, u64, u64)> {
     let files = prop::collection::vec(prop::collection::vec(any::<u8>(), 0..160), 1..4);
     let segment = (
         0usize..3,
@@ -322,7 +322,7 @@ fn fixed_case() -> impl Strategy<Value = (Files, Vec<Segment<usize>>, u64, u64)>
 
 /// CSR lists: files written as the writer writes them (offsets, then
 /// values), sometimes with one offset corrupted.
-fn csr_case() -> impl Strategy<Value = (Files, Vec<Segment<usize>>, u64, u64)> {
+fn csr_case() -> impl Strategy<Value = (FileBytes, Vec<Segment<usize>>, u64, u64)> {
     let segment = (
         0usize..2,
         0u64..12,
@@ -338,7 +338,7 @@ fn csr_case() -> impl Strategy<Value = (Files, Vec<Segment<usize>>, u64, u64)> {
         any::<u64>(),
     )
         .prop_map(|(segs, corrupt, lo, span, seed)| {
-            let mut files: Files = vec![Vec::new(), Vec::new()];
+            let mut files: FileBytes = vec![Vec::new(), Vec::new()];
             let mut out = Vec::new();
             let mut value = seed;
             for (f, pos, counts, _) in segs {
@@ -469,7 +469,7 @@ proptest! {
 }
 
 fn memory(
-    files: &Files,
+    files: &FileBytes,
 ) -> impl FnMut(&[ByteRequest<'_, usize>]) -> Result<Vec<Vec<u8>>, String> + '_ {
     source(files)
 }
@@ -480,7 +480,7 @@ fn read_ok(
     spec: &FieldSpec,
     segs: &[Segment<usize>],
     window: Range<u64>,
-    files: &Files,
+    files: &FileBytes,
 ) -> Reading {
     read_segments(
         spec,
@@ -588,7 +588,7 @@ fn csr_rows_are_padded_to_the_widest_row_of_every_segment() {
 
 #[test]
 fn no_segment_is_none_and_an_unknown_dtype_or_window_raises() {
-    let files: Files = vec![vec![0; 8]];
+    let files: FileBytes = vec![vec![0; 8]];
     let spec = spec(Storage::Fixed, Fill::Int(0));
     let none: [Segment<usize>; 0] = [];
     assert!(matches!(

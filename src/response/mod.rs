@@ -1,7 +1,7 @@
 //! A response as the formats read it and the adapters write it, below both:
 //! the field names ([`fields`]); [`view::View`], the read-only window
 //! either representation offers; typed values read out of it with their
-//! locations ([`json`]); where a response's choices and inline rows sit
+//! locations ([`json`]); where a response's choices sit
 //! ([`paths`]); and what a merge writes into the decode ([`patch`]).
 
 pub(crate) mod fields;

@@ -64,17 +64,17 @@
 //!
 //! An event carries rows when its data is JSON (UTF-8 decoded as the
 //! standard decodes it, invalid bytes replaced) that has, as `serde_json`
-//! reads it (last of a repeated key, escaped keys unescaped), a non-null
-//! `choices[i].routed_experts`, a `choices[i].payload` with a segment of one
-//! of the stitcher's fields, or one of SGLang's slots: a non-null
-//! `meta_info.routed_experts`, `sglext.routed_experts` or
-//! `choices[0].sgl_ext.routed_experts` (of the data, or of each element when
-//! the data is an array). It is found by its keys, never by `finish_reason`.
-//! Only an event whose bytes contain `payload`, a `\u` escape, or a
-//! `routed_experts` that is not a member `"routed_experts": null`, can carry
-//! rows (a key that marks rows is spelled out or escaped), so every other
-//! event (a vLLM token chunk, with its `"routed_experts":null`) is passed on
-//! after memchr-class searches of its bytes, without being parsed.
+//! reads it (last of a repeated key, escaped keys unescaped), rows at a
+//! place of the table of places (`pd_stitch::places::all()`, SPEC section
+//! 1a): a non-null value at a place that holds rows, or for rows by handle
+//! a payload with a segment of one of the stitcher's fields (of the data,
+//! or of each element when the data is an array). It is found by its keys,
+//! never by `finish_reason`. Only an event whose bytes contain a key of the
+//! table that holds rows, other than as a member whose value is null
+//! (`"routed_experts": null`), or a `\u` escape, can carry rows (a key
+//! that marks rows is spelled out or escaped), so every other event (a
+//! vLLM token chunk, with its `"routed_experts":null`) is passed on after
+//! memchr-class searches of its bytes, without being parsed.
 
 mod prefilter;
 mod slots;
@@ -87,8 +87,8 @@ use crate::format::end_anchored as anchor;
 use crate::format::stitch::Stitch;
 use crate::stitcher::Stitcher;
 
-use prefilter::{may_carry_rows, next_suspect};
-use slots::{rows_slots, Slot};
+use prefilter::{may_carry_rows, next_count, next_suspect};
+use slots::{rows_slots, RowsSlot};
 use sse::{data_prefix, event_data, field, find_end, one_line, reframe, Scan, BOM};
 use tokens::Tokens;
 
@@ -136,7 +136,7 @@ pub struct StreamStitcher {
     /// How many events have been completed.
     events: u64,
     /// The rows already stitched: which slot, and the event it was on.
-    seen: Vec<(Slot, u64)>,
+    seen: Vec<(RowsSlot, u64)>,
     state: State,
     /// Scratch for a rows event's data and its merge.
     data: Vec<u8>,
@@ -392,12 +392,13 @@ impl StreamStitcher {
         self.events
     }
 
-    /// [`next_suspect`], and while tokens are counted, the first
-    /// `token_ids` too: such an event is read for its count.
+    /// The prefilter's next suspect, and while tokens are counted, the
+    /// first key of a choice's counts (`token_ids`) too: such an event is
+    /// read for its count.
     fn suspect(&self, bytes: &[u8]) -> usize {
         let first = next_suspect(bytes);
         match self.tokens {
-            Some(_) => memchr::memmem::find(&bytes[..first], b"token_ids").unwrap_or(first),
+            Some(_) => next_count(&bytes[..first]),
             None => first,
         }
     }
@@ -451,8 +452,10 @@ impl StreamStitcher {
         // Where in `input` the first needle of the prefilter that may mark
         // rows starts: every event that ends at or before it holds none, and
         // is passed on without a search of its own (one search per needle
-        // over the chunk, not one per event).
-        let mut suspect = self.suspect(input);
+        // over the chunk, not one per event). Found when first needed: the
+        // rest of an event begun in an earlier chunk is judged with that
+        // event, and the search starts after it.
+        let mut suspect = None;
         loop {
             if self.after_blank_cr {
                 match input.first() {
@@ -461,7 +464,7 @@ impl StreamStitcher {
                         out.push(b'\n');
                         self.offset += 1;
                         input = &input[1..];
-                        suspect = suspect.saturating_sub(1);
+                        suspect = suspect.map(|s: usize| s.saturating_sub(1));
                     }
                     Some(_) => {}
                 }
@@ -478,11 +481,12 @@ impl StreamStitcher {
                 // with one), so the event that holds `suspect` is the first
                 // to end after it, and is judged without a search of its
                 // own.
+                let first = *suspect.get_or_insert_with(|| self.suspect(input));
                 let mut run = 0;
                 let mut scan = Scan::START;
                 let end = loop {
                     match find_end(&input[run..], &mut scan) {
-                        Some(end) if run + end <= suspect => {
+                        Some(end) if run + end <= first => {
                             run += end;
                             self.events += 1;
                             if input[run - 1] == b'\r' {
@@ -509,7 +513,7 @@ impl StreamStitcher {
                             return Ok(());
                         }
                         input = &input[end..];
-                        suspect = self.suspect(input);
+                        suspect = None;
                     }
                     None => {
                         self.pending.extend_from_slice(input);
@@ -534,7 +538,7 @@ impl StreamStitcher {
                         if result? == Done::Waits {
                             return Ok(());
                         }
-                        suspect = self.suspect(input);
+                        suspect = None;
                     }
                     None => {
                         self.pending.extend_from_slice(input);

@@ -1,16 +1,16 @@
 //! Where an event's rows sit, by its keys: read from the table of places
-//! ([`crate::format::table`]), so that a place the merge stitches is never passed
+//! ([`crate::format`]), so that a place the merge stitches is never passed
 //! through unstitched.
 
 use crate::bytes::{Doc, ScannedValue};
-use crate::format::by_handle::Keys;
+use crate::format::by_handle::SegmentKeys;
+use crate::format::every_place;
 use crate::format::places::{Holder, Holds, RowsKind};
-use crate::format::table::every_place;
 use crate::response::view::{Kind, View};
 
 /// Where an event's rows sit, to find a second rows event for the same.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Slot {
+pub(super) enum RowsSlot {
     /// `choices[i]` (its rows, or an object of it that holds rows), by the
     /// choice's `index` (its position when it has no integer `index`).
     Choice(u64),
@@ -20,18 +20,18 @@ pub(super) enum Slot {
     Member(&'static str, u64),
 }
 
-impl std::fmt::Display for Slot {
+impl std::fmt::Display for RowsSlot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Slot::Choice(i) => write!(f, "choice {i}"),
-            Slot::Member(member, i) => write!(f, "{member} of output {i}"),
+            RowsSlot::Choice(i) => write!(f, "choice {i}"),
+            RowsSlot::Member(member, i) => write!(f, "{member} of output {i}"),
         }
     }
 }
 
 /// The slots of the event data `doc` that hold rows: of the data, or of
 /// each of its elements when it is an array (an SGLang batch).
-pub(super) fn rows_slots(fields: &[&str], doc: &Doc<'_>) -> Vec<Slot> {
+pub(super) fn rows_slots(fields: &[&str], doc: &Doc<'_>) -> Vec<RowsSlot> {
     let root = ScannedValue::root(doc);
     let mut slots = Vec::new();
     match root.elements() {
@@ -47,7 +47,12 @@ pub(super) fn rows_slots(fields: &[&str], doc: &Doc<'_>) -> Vec<Slot> {
 
 /// The slots of one output (the response, or the `position`-th of an
 /// array) that hold rows.
-fn output_slots(fields: &[&str], output: ScannedValue<'_>, position: u64, slots: &mut Vec<Slot>) {
+fn output_slots(
+    fields: &[&str],
+    output: ScannedValue<'_>,
+    position: u64,
+    slots: &mut Vec<RowsSlot>,
+) {
     let mut push = |slot| {
         if !slots.contains(&slot) {
             slots.push(slot);
@@ -63,7 +68,7 @@ fn output_slots(fields: &[&str], output: ScannedValue<'_>, position: u64, slots:
                     _ => false,
                 })
             {
-                push(Slot::Choice(choice_index(choice, i)));
+                push(RowsSlot::Choice(choice_index(choice, i)));
             }
         }
     }
@@ -71,7 +76,7 @@ fn output_slots(fields: &[&str], output: ScannedValue<'_>, position: u64, slots:
         if let Holder::Member(member) = place.holder {
             if holds_rows(fields, object(output.get(member)), place.holder) {
                 let index = output.get("index").and_then(View::as_u64);
-                push(Slot::Member(member, index.unwrap_or(position)));
+                push(RowsSlot::Member(member, index.unwrap_or(position)));
             }
         }
     }
@@ -100,7 +105,9 @@ fn holds_rows<'a>(
             Holds::Rows(RowsKind::ByHandle) => object
                 .get(p.key)
                 .and_then(View::elements)
-                .is_some_and(|mut items| items.any(|item| Keys::stitched(fields, item).is_some())),
+                .is_some_and(|mut items| {
+                    items.any(|item| SegmentKeys::stitched(fields, item).is_some())
+                }),
             Holds::Rows(_) => object.get(p.key).is_some_and(|rows| !rows.is_null()),
         })
 }

@@ -2,7 +2,7 @@
 //! vLLM 0.32 `.npy` on the rows event (SPEC section 11, "Counts").
 
 use crate::bytes::ScannedValue;
-use crate::format::end_anchored::Counts;
+use crate::format::end_anchored::{Counts, TOKEN_IDS};
 use crate::response::view::View;
 
 use super::slots::choice_index;
@@ -30,7 +30,7 @@ impl Tokens {
             return;
         };
         for (i, choice) in choices.enumerate() {
-            let n = choice.get("token_ids").and_then(View::len).unwrap_or(0) as u64;
+            let n = choice.get(TOKEN_IDS).and_then(View::len).unwrap_or(0) as u64;
             let index = choice_index(choice, i);
             match self.by_index.iter_mut().find(|(k, _)| *k == index) {
                 Some((_, seen)) => *seen = seen.saturating_add(n),
@@ -48,7 +48,7 @@ impl Tokens {
             .flatten()
             .enumerate()
             .map(|(i, choice)| {
-                let own = choice.get("token_ids").and_then(View::len).unwrap_or(0) as u64;
+                let own = choice.get(TOKEN_IDS).and_then(View::len).unwrap_or(0) as u64;
                 Counts {
                     prompt: self.prompt,
                     generated: self.seen(choice_index(choice, i)).saturating_add(own),

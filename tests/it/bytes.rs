@@ -236,7 +236,7 @@ fn with_canary(mut decode: Value) -> Value {
 fn merges() -> [(&'static str, Stitch); 3] {
     [
         ("for_pd", Stitch::ForPd),
-        ("payload", Stitch::Payload),
+        ("payload", Stitch::ByHandle),
         ("inline", Stitch::Inline),
     ]
 }

@@ -259,7 +259,7 @@ fn check_strict(
     let strict =
         pd_stitch::Stitcher::new()
             .strict()
-            .merge(prefill, &mut after, pd_stitch::Stitch::Payload);
+            .merge(prefill, &mut after, pd_stitch::Stitch::ByHandle);
     let misread = match plain {
         Ok(true) => plain_after["choices"]
             .as_array()

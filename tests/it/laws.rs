@@ -28,7 +28,7 @@ fn merge(pair: &Pair) -> Result<Merged, TestCaseError> {
     let prefill = pair.prefill_json();
     let before = pair.decode_json();
     let mut after = before.clone();
-    let stitched = stitcher().merge(&prefill, &mut after, pd_stitch::Stitch::Payload);
+    let stitched = stitcher().merge(&prefill, &mut after, pd_stitch::Stitch::ByHandle);
     prop_assert_eq!(stitched, Ok(true), "generated pairs always stitch");
     let choices = |v: &Value| {
         v["choices"]
@@ -239,7 +239,7 @@ proptest! {
         let prefill = pair.prefill_json();
         let before = pair.decode_json();
         let mut after = before.clone();
-        prop_assert_eq!(stitcher().merge(&prefill, &mut after, pd_stitch::Stitch::Payload), Ok(false));
+        prop_assert_eq!(stitcher().merge(&prefill, &mut after, pd_stitch::Stitch::ByHandle), Ok(false));
         prop_assert_eq!(&after, &before);
         prop_assert!(!stitcher().prefill_has_routed_experts(&prefill));
     }
@@ -261,7 +261,7 @@ proptest! {
         let before = pair.decode_json();
         let mut after = before.clone();
         let experts_only = Stitcher::with_fields([RE]);
-        prop_assert_eq!(experts_only.merge(&prefill, &mut after, pd_stitch::Stitch::Payload), Ok(false));
+        prop_assert_eq!(experts_only.merge(&prefill, &mut after, pd_stitch::Stitch::ByHandle), Ok(false));
         prop_assert_eq!(&after, &before);
     }
 
@@ -552,7 +552,7 @@ proptest! {
         };
         let stitcher = stitcher().field(ORPHAN);
         let mut after = decode.clone();
-        let err = stitcher.merge(&prefill, &mut after, pd_stitch::Stitch::Payload).unwrap_err();
+        let err = stitcher.merge(&prefill, &mut after, pd_stitch::Stitch::ByHandle).unwrap_err();
         prop_assert_eq!(variant(&err), expected_variant, "{}", err);
         prop_assert_eq!(err.location().to_string(), expected_at.clone());
         prop_assert!(err.to_string().starts_with(&format!("{expected_at}: ")), "{}", err);

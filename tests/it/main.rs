@@ -43,6 +43,7 @@ mod rules;
 mod sglang;
 #[cfg(feature = "verify")]
 mod sim;
+mod spec_table;
 mod stability;
 #[cfg(feature = "testing")]
 mod stream;

@@ -5,6 +5,10 @@
 //! A file is named when the section holds its path (`src/codec/npy.rs`), or
 //! when one bullet names its folder (`src/codec/`) and, in backticks, its
 //! file name (`npy.rs`); a folder's `mod.rs` is named by the folder alone.
+//! A format's file is named by its row of the table of formats, which
+//! `src/format/mod.rs` declares and the bullet of `src/format/` names
+//! (`mod.rs`): a new convention is its file and its row, with no line here
+//! (`scripts/new_format.sh`).
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -86,6 +90,31 @@ fn stale(bullets: &[String], root: &Path) -> Vec<String> {
         .collect()
 }
 
+/// The files of the modules `src/format/mod.rs` declares (its `mod`
+/// lines), each as `src/format/<name>.rs` or `src/format/<name>/mod.rs`.
+fn declared_by_the_table(root: &Path) -> Vec<String> {
+    let table = std::fs::read_to_string(root.join("src/format/mod.rs")).unwrap();
+    let mut files = Vec::new();
+    for line in table.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let name = match words.as_slice() {
+            ["mod", name] | [_, "mod", name] => name.strip_suffix(';'),
+            _ => None,
+        };
+        if let Some(name) = name {
+            for file in [
+                format!("src/format/{name}.rs"),
+                format!("src/format/{name}/mod.rs"),
+            ] {
+                if root.join(&file).exists() {
+                    files.push(file);
+                }
+            }
+        }
+    }
+    files
+}
+
 #[test]
 fn the_readme_layout_names_every_file_of_src() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -102,6 +131,15 @@ fn the_readme_layout_names_every_file_of_src() {
         .collect();
     assert!(files.len() > 20, "{files:?}");
     assert!(files.contains(&"cli/src/main.rs".to_owned()), "{files:?}");
+    // The table's files, named by their rows, when a bullet names the
+    // table.
+    let table = declared_by_the_table(root);
+    let names_table = bullets.iter().any(|bullet| {
+        let words = backticked(bullet);
+        words.contains("src/format/") && words.contains("mod.rs")
+    });
+    assert!(names_table && table.len() > 5, "{table:?}");
+    let files: Vec<String> = files.into_iter().filter(|f| !table.contains(f)).collect();
     assert_eq!(
         unnamed(&bullets, &files),
         Vec::<&str>::new(),

@@ -26,7 +26,7 @@ fn response(payloads: &[Value]) -> Value {
 fn merge_err(stitcher: &Stitcher, prefill: &Value, decode: &Value) -> Error {
     let mut after = decode.clone();
     let err = stitcher
-        .merge(prefill, &mut after, pd_stitch::Stitch::Payload)
+        .merge(prefill, &mut after, pd_stitch::Stitch::ByHandle)
         .expect_err("the merge must fail");
     assert_eq!(&after, decode, "decode changed by a failed merge ({err})");
     err

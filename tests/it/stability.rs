@@ -71,9 +71,9 @@ fn the_stitcher_keeps_its_methods() {
     assert_eq!(Stitcher::new(), Stitcher::default());
     let empty = json!({"choices": [{}]});
     // Each selector, spelled out: a new one would be a breaking change here.
-    for what in [Stitch::ForPd, Stitch::Payload, Stitch::Inline] {
+    for what in [Stitch::ForPd, Stitch::ByHandle, Stitch::Inline] {
         match what {
-            Stitch::ForPd | Stitch::Payload | Stitch::Inline => {}
+            Stitch::ForPd | Stitch::ByHandle | Stitch::Inline => {}
         }
         let mut decode = empty.clone();
         assert_eq!(merge(&stitcher, &empty, &mut decode, what), Ok(false));
@@ -87,6 +87,18 @@ fn the_stitcher_keeps_its_methods() {
     }
     assert!(!has(&stitcher, &empty));
     assert_eq!(has_bytes(&stitcher, b"{}"), Ok(false));
+}
+
+/// `Stitch::Payload`, 0.3's name of `Stitch::ByHandle`, still reads for
+/// one release, in an expression and in a pattern (deprecated: the doc
+/// test of `Stitch::Payload` fails to build under `deny(deprecated)`).
+#[test]
+#[allow(deprecated)]
+fn stitch_payload_still_names_by_handle() {
+    let what: Stitch = Stitch::Payload;
+    assert_eq!(what, Stitch::ByHandle);
+    assert!(matches!(Stitch::ByHandle, Stitch::Payload));
+    assert!(!matches!(Stitch::Inline, Stitch::Payload));
 }
 
 #[test]

@@ -383,7 +383,7 @@ fn strict_checks_every_stitched_field_and_names_prefill_segments() {
     let before = decode.clone();
     let err = Stitcher::new()
         .strict()
-        .merge(&prefill, &mut decode, pd_stitch::Stitch::Payload)
+        .merge(&prefill, &mut decode, pd_stitch::Stitch::ByHandle)
         .unwrap_err();
     assert_eq!(decode, before);
     let ErrorDetail::Layout {
@@ -414,7 +414,7 @@ fn strict_checks_every_stitched_field_and_names_prefill_segments() {
     assert_eq!(
         Stitcher::new()
             .strict()
-            .merge(&prefill, &mut decode, pd_stitch::Stitch::Payload),
+            .merge(&prefill, &mut decode, pd_stitch::Stitch::ByHandle),
         Ok(true)
     );
 }

@@ -68,7 +68,7 @@ fn entry_points() -> Vec<(&'static str, Entry)> {
         ),
         (
             "Stitcher::merge_routed_payload_in_json",
-            Box::new(move |p, d| w1.merge(p, d, pd_stitch::Stitch::Payload)),
+            Box::new(move |p, d| w1.merge(p, d, pd_stitch::Stitch::ByHandle)),
         ),
         (
             "Stitcher::merge_routed_experts_in_json",

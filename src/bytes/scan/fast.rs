@@ -1,6 +1,6 @@
 //! The fast path: a value the scanner does not record, validated without
 //! being recorded, whole runs at a time; any doubt is a refusal, and the
-//! reference reader then says where and why.
+//! recording scanner's byte-at-a-time reading then says where and why.
 
 use crate::response::view::Kind;
 

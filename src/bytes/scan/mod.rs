@@ -6,16 +6,17 @@
 //! value, string escapes with paired surrogates, no control characters in
 //! strings, numbers that fit an `f64`, and nesting at most 127 arrays or
 //! objects deep. It builds no value: it records a [`Node`] (type, text span,
-//! key) for the values on the paths a merge reads, `choices[i].payload` and
-//! `choices[i].routed_experts` in full and the keys above them, the members
-//! of `meta_info`, `sglext`, `usage` and `choices[i].sgl_ext` (SGLang's rows
-//! and counts), in the response or in each element of a response that is an
-//! array, and only validates everything else. A node's subtree is laid out after it, so a
-//! node's children are found by skipping subtrees.
+//! key) for the values on the paths a merge reads, the places of the table
+//! of places (`crate::format`; `policy.rs` asks it): the values of a
+//! choice's places that hold rows in full, and the keys above them, the
+//! members of the objects that hold places (of the response, of a choice),
+//! in the response or in each element of a response that is an array, and
+//! only validates everything else. A node's subtree is laid out after it,
+//! so a node's children are found by skipping subtrees.
 
 mod fast;
 mod policy;
-mod reference;
+mod recorder;
 mod swar;
 #[cfg(test)]
 mod tests;
@@ -27,7 +28,7 @@ use std::ops::Range;
 use crate::response::view::Kind;
 
 use policy::Record;
-use reference::Scanner;
+use recorder::Scanner;
 pub(crate) use unescape::unescape;
 
 /// How many bytes of a string are read one at a time before the chunked
@@ -88,9 +89,9 @@ impl<'a> Doc<'a> {
         Self::scan_with(text, true)
     }
 
-    /// [`Doc::scan`] by the reference reader alone, one byte at a time
-    /// through every value (the fast path never taken): what the fast path
-    /// is tested against.
+    /// [`Doc::scan`] without the fast path: the recording scanner reads every
+    /// value one byte at a time, the reference the fast path is tested
+    /// against.
     #[cfg(test)]
     pub(crate) fn scan_reference(text: &'a [u8]) -> Result<Doc<'a>, Invalid> {
         Self::scan_with(text, false)

@@ -1,7 +1,7 @@
 //! What the scanner records of a response: the paths a merge reads, as
-//! the table of places ([`crate::format::table`]) names them, and nothing deeper.
+//! the table of places ([`crate::format`]) names them, and nothing deeper.
 
-use crate::format::table as places;
+use crate::format as places;
 
 /// What to record of a value and its children.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -10,17 +10,15 @@ pub(super) enum Record {
     Root,
     /// `choices`: its elements, as choices.
     Choices,
-    /// One choice: its members, those that hold rows (`payload`,
-    /// `routed_experts`, by [`places`]) in full, those that are objects
-    /// holding places (`sgl_ext`) one level further.
+    /// One choice: its members, those that hold rows (by [`places`]) in
+    /// full, those that are objects holding places one level further.
     Choice,
     /// An element of a response that is an array (an SGLang batch): as the
     /// response's members.
     Item,
-    /// An object that holds places ([`places`]: `meta_info`, `sglext`,
-    /// `usage`, `sgl_ext`): its members; those that hold rows in full (an
-    /// object of compact rows has members of its own), the others not
-    /// their children.
+    /// An object that holds places (by [`places`]): its members; those that
+    /// hold rows in full (an object of compact rows has members of its
+    /// own), the others not their children.
     Members,
     /// Everything below.
     Deep,

@@ -24,7 +24,7 @@ use crate::response::fields::ROUTED_EXPERTS;
 use crate::response::json;
 use crate::response::view::{Kind, View};
 
-use super::{Format, Level, Spec};
+use crate::format::interface::{Format, Level, Spec};
 use crate::format::places::{place, Holder, Holds, Place, RowsKind};
 use crate::response::patch::{Patch, Path};
 use solve::{Facts, Fault, Value as Which};

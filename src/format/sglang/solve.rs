@@ -190,10 +190,11 @@ fn starts(
     Ok((s_p, s_d))
 }
 
-/// One reading of a pair without its width: the decode's ids after the cut
-/// (what the merge keeps of it), and the width when it is fixed.
+/// One candidate reading of a pair without its width: the decode's ids
+/// after the cut (what the merge keeps of it), and the width when it is
+/// fixed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Reading {
+struct Candidate {
     convention: Convention,
     width: Option<u64>,
     kept: u64,
@@ -240,7 +241,7 @@ fn read(prompt: u64, (i_p, cut): (u64, u64), (i_d, e_d): (u64, u64)) -> Result<S
 
 /// The readings of a pair: at most one per convention (its equation fixes
 /// the width, or leaves it free and keeps nothing).
-fn readings(prompt: u64, (i_p, cut): (u64, u64), (i_d, e_d): (u64, u64)) -> Vec<Reading> {
+fn readings(prompt: u64, (i_p, cut): (u64, u64), (i_d, e_d): (u64, u64)) -> Vec<Candidate> {
     let mut out = Vec::new();
     if e_d < cut {
         return out; // the decode ends before the cut: no convention covers it
@@ -249,7 +250,7 @@ fn readings(prompt: u64, (i_p, cut): (u64, u64), (i_d, e_d): (u64, u64)) -> Vec<
                            // Full-length: s_d = s_p, so i_d - i_p = w * (e_d - cut).
     if after == 0 {
         if i_d == i_p && free_prefill(i_p, cut, prompt) {
-            out.push(Reading {
+            out.push(Candidate {
                 convention: Convention::FullLength,
                 width: None,
                 kept: 0,
@@ -273,7 +274,7 @@ fn readings(prompt: u64, (i_p, cut): (u64, u64), (i_d, e_d): (u64, u64)) -> Vec<
     if let Some(own) = e_d.checked_sub(prompt) {
         if own == 0 {
             if i_d == 0 && cut == prompt && free_prefill(i_p, cut, prompt) {
-                out.push(Reading {
+                out.push(Candidate {
                     convention: Convention::SuffixOnly,
                     width: None,
                     kept: 0,
@@ -296,7 +297,7 @@ fn readings(prompt: u64, (i_p, cut): (u64, u64), (i_d, e_d): (u64, u64)) -> Vec<
 /// Adds the reading of `convention` with width `w` when it places both
 /// sides (Q4 with that width).
 fn push_fixed(
-    out: &mut Vec<Reading>,
+    out: &mut Vec<Candidate>,
     convention: Convention,
     w: u64,
     prompt: u64,
@@ -312,7 +313,7 @@ fn push_fixed(
             Convention::SuffixOnly => s_d == prompt,
         };
         if fits {
-            out.push(Reading {
+            out.push(Candidate {
                 convention,
                 width: Some(w),
                 kept: w * (e_d - cut),

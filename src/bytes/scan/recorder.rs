@@ -1,6 +1,9 @@
-//! The reference reader: every value read a byte at a time, the recorded
-//! ones recorded; the values recorded without their children handed to the
-//! fast path ([`super::fast`]) unless it is turned off (the tests' reference).
+//! The recording scanner, what [`Doc::scan`](super::Doc::scan) runs: every
+//! value it records read a byte at a time and recorded as the policy says;
+//! the values it does not record, or records without their children,
+//! handed to the fast path ([`super::fast`]), which only validates them.
+//! With the fast path turned off it reads every value itself, a byte at a
+//! time: the reading the tests hold the fast path to.
 
 use std::ops::Range;
 
@@ -20,7 +23,8 @@ pub(super) struct Scanner<'a> {
     /// Unescaped keys of the levels whose keys choose what to record.
     pub(super) scratch: Vec<u8>,
     /// Whether values recorded without their children are validated by the
-    /// fast path ([`skip`]); the reference reads every value itself.
+    /// fast path ([`skip`]); without it, every value is read here, a byte at
+    /// a time.
     pub(super) fast: bool,
 }
 
@@ -57,8 +61,8 @@ impl Scanner<'_> {
         // The fast path validates what no merge reads (all but the few
         // kilobytes of the stitched values): a value not recorded, or an
         // array or object recorded without its children. When it refuses
-        // the text, the reference below reads the value again, so that the
-        // offset and the message are the reference's.
+        // the text, the byte-at-a-time reading below reads the value again,
+        // so that the offset and the message are that reading's.
         let whole = record == Record::Skip
             || (record == Record::Opaque && matches!(self.peek(), Some(b'[' | b'{')));
         if self.fast && whole {
