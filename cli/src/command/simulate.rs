@@ -1,13 +1,14 @@
-//! `pd-stitch simulate`: a colocated server and a 1P1D deployment over the
-//! same truth, every request stitched in every form and checked bitwise.
+//! `pd-stitch simulate`: an engine's colocated server and 1P1D deployment
+//! over one model, every request stitched in every wire form and checked
+//! bitwise.
 
 use std::fs;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use pd_stitch::sim::{self, Config};
-use serde_json::Value;
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use pd_stitch::sim::{self, Config, Engine};
 
 use super::progress::Progress;
 
@@ -23,23 +24,20 @@ pub struct SimulateArgs {
     /// Keep the files here (default: a temporary directory, removed after).
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
-    /// How many requests to run at once.
+    /// How many requests to run at once; SGLang's run one at a time, in
+    /// order, their decodes' slot pools kept across them.
     #[arg(long, default_value_t = 2)]
     concurrency: usize,
     /// The engine whose responses are simulated: vllm (by handle, inline
-    /// compact and npy) or sglang (meta_info/sglext rows, both decode
-    /// conventions).
-    #[arg(long, value_enum, default_value = "vllm")]
-    engine: Engine,
+    /// compact and npy), sglang (meta_info, sglext and sgl_ext rows, both
+    /// decode conventions) or dynamo (token API, nvext). Default: vllm.
+    #[arg(long, value_parser = engine())]
+    engine: Option<Engine>,
 }
 
-/// The engines `simulate` writes responses of.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Engine {
-    /// vLLM's forms: by handle, inline compact, inline npy.
-    Vllm,
-    /// SGLang's rows: meta_info, sglext and sgl_ext.
-    Sglang,
+/// The engines' names, parsed into the library's [`Engine`].
+fn engine() -> impl TypedValueParser<Value = Engine> {
+    PossibleValuesParser::new(Engine::ALL.map(Engine::name)).try_map(|s| s.parse::<Engine>())
 }
 
 pub fn run(args: SimulateArgs, quiet: bool) -> Result<ExitCode, String> {
@@ -49,15 +47,15 @@ pub fn run(args: SimulateArgs, quiet: bool) -> Result<ExitCode, String> {
         dir,
         concurrency,
         engine,
+        ..
     } = args;
-    if engine == Engine::Sglang {
-        return simulate_sglang(requests, seed, dir);
-    }
     let keep = dir.is_some();
     let dir = dir.unwrap_or_else(|| {
         std::env::temp_dir().join(format!("pd-stitch-sim-{}-{seed}", std::process::id()))
     });
+    let engine = engine.unwrap_or(Engine::Vllm);
     let config = Config {
+        engine,
         requests,
         seed,
         dir: dir.clone(),
@@ -66,49 +64,26 @@ pub fn run(args: SimulateArgs, quiet: bool) -> Result<ExitCode, String> {
     let bar = Progress::new("requests", requests, quiet);
     let progress = |done: usize, _total: usize| bar.set(done);
     let started = Instant::now();
-    let merge = |p: &Value, d: &mut Value| pd_stitch::merge_routed_experts_for_pd(p, d);
-    let result = sim::run(&config, &merge, &progress);
+    let result = sim::run(&config, &sim::library_merge, &progress);
     bar.finish();
     if !keep {
         let _ = fs::remove_dir_all(&dir);
     }
     let summary = result.map_err(|e| format!("{}: {e}", dir.display()))?;
     println!("{summary}");
+    let order = if engine == Engine::Sglang {
+        "in order".to_owned()
+    } else {
+        format!("concurrency {concurrency}")
+    };
     println!(
-        "seed {seed}, concurrency {concurrency}, {:.2} s, files {}",
+        "seed {seed}, {order}, {:.2} s, files {}",
         started.elapsed().as_secs_f64(),
         if keep {
             dir.display().to_string()
         } else {
             "removed".to_owned()
         }
-    );
-    for mismatch in summary.mismatches.iter().take(20) {
-        eprintln!("mismatch: {mismatch}");
-    }
-    Ok(if summary.all_equal() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
-}
-
-/// `simulate --engine sglang`: both decode conventions of every request,
-/// stitched with and without the row shape, checked bitwise.
-fn simulate_sglang(requests: usize, seed: u64, dir: Option<PathBuf>) -> Result<ExitCode, String> {
-    let started = Instant::now();
-    let summary = pd_stitch::sglang::sim::run(
-        requests,
-        seed,
-        dir.as_deref(),
-        &pd_stitch::sglang::sim::library_merge,
-    )
-    .map_err(|e| e.to_string())?;
-    println!("{summary}");
-    println!(
-        "seed {seed}, {:.2} s, files {}",
-        started.elapsed().as_secs_f64(),
-        dir.map_or_else(|| "not kept".to_owned(), |d| d.display().to_string())
     );
     for mismatch in summary.mismatches.iter().take(20) {
         eprintln!("mismatch: {mismatch}");
