@@ -27,13 +27,17 @@
 //! back and compares them bitwise with the truth ([`Summary`]); in each
 //! request's folder (`req-NNNN/`) it leaves the merged response of each
 //! form and the colocated server's own response (`colocated.json`), so
-//! that `pd-stitch compare` has a real baseline.
+//! that `pd-stitch compare` has a real baseline. [`run_episodes`] makes
+//! multi-turn episodes of every engine's forms, with and without delta
+//! requests, assembles them with [`crate::episode`] and checks them
+//! against the model's full-context forward ([`EpisodeSummary`]).
 
 mod answer;
 mod check;
 mod config;
 mod dynamo;
 mod engine;
+mod episodes;
 mod files;
 mod model;
 mod request;
@@ -49,6 +53,7 @@ pub use answer::answer;
 pub use check::{sglang_draw, trainer_mismatches, trainer_mismatches_in};
 pub use config::{library_merge, Config, MergeFn};
 pub use engine::{Engine, Wire};
+pub use episodes::{run_episodes, EpisodeConfig, EpisodeSummary, WireEpisodes};
 pub use model::{Model, Prefix, VOCAB};
 pub use request::{encode, Request};
 pub use responses::Responses;

@@ -973,3 +973,156 @@ fn a_dynamo_run_is_right_and_a_cut_one_early_is_caught() {
         );
     }
 }
+
+// ----------------------------------------------------------------------------
+// Multi-turn episodes (issue 43, E7 against the simulator's model).
+// ----------------------------------------------------------------------------
+
+fn episodes_config(delta: bool, late_start: bool) -> pd_stitch::sim::EpisodeConfig {
+    pd_stitch::sim::EpisodeConfig {
+        engines: Engine::ALL.to_vec(),
+        episodes: 12,
+        turns: 3,
+        seed: 5,
+        delta,
+        late_start,
+        concurrency: 2,
+    }
+}
+
+/// The simulator makes multi-turn episodes (each turn's prompt the turn
+/// before's tokens and more), with and without delta requests, through
+/// every engine's wire form; each side (stitched, colocated) assembles,
+/// and differs from the model's full-context forward exactly at the decode
+/// flips planted in it, each found decode-sourced.
+#[test]
+fn the_simulator_makes_multi_turn_episodes_through_every_form() {
+    for delta in [false, true] {
+        let config = episodes_config(delta, false);
+        let summary = pd_stitch::sim::run_episodes(&config, &|_, _| {}).unwrap();
+        assert!(summary.all_right(), "{summary}\n{:#?}", summary.mismatches);
+        assert_eq!(
+            summary.wires.iter().map(|w| w.wire).collect::<Vec<_>>(),
+            Wire::ALL
+        );
+        let planted: usize = (0..12)
+            .flat_map(|e| config.episode(e))
+            .map(|r| r.flips.len())
+            .sum();
+        assert!(planted > 20, "{planted}");
+        for w in &summary.wires {
+            assert_eq!((w.assembled, w.right), (24, 24), "{:?}", w.wire);
+            assert_eq!((w.planted, w.decode_sourced), (2 * planted, 2 * planted));
+            assert_eq!((w.boundary, w.scattered), (0, 0), "{:?}", w.wire);
+        }
+        for e in 0..12 {
+            let turns = config.episode(e);
+            assert_eq!(turns.len(), 3);
+            for t in 1..3 {
+                let before = turns[t - 1].tokens(0);
+                let prompt = &turns[t].prompt;
+                assert!(prompt.len() > before.len() && prompt.starts_with(&before));
+                let start = if delta { before.len() as u64 - 1 } else { 0 };
+                assert_eq!(turns[t].start, start, "episode {e} turn {t}");
+            }
+        }
+    }
+}
+
+/// E7's off-by-one: delta turns asked from `L` instead of `L - 1` leave the
+/// boundary `L - 1` without a row, which every form that takes a start
+/// reports as a boundary at exactly that position of turn 1, on both sides
+/// of every episode; Dynamo's OpenAI API takes no start and is not fooled.
+#[test]
+fn a_planted_off_by_one_delta_start_is_found_as_a_boundary() {
+    let config = episodes_config(true, true);
+    let summary = pd_stitch::sim::run_episodes(&config, &|_, _| {}).unwrap();
+    assert!(!summary.all_right());
+    let boundaries: Vec<(usize, u64)> = (0..12)
+        .flat_map(|e| {
+            let l = config.episode(e)[0].tokens(0).len() as u64;
+            [(e, l - 1), (e, l - 1)]
+        })
+        .collect();
+    for w in &summary.wires {
+        if w.wire == Wire::DynamoOpenAi {
+            assert_eq!((w.right, w.boundary), (24, 0), "{summary}");
+            continue;
+        }
+        assert_eq!(
+            (w.assembled, w.boundary),
+            (0, 24),
+            "{:?}\n{summary}",
+            w.wire
+        );
+        let mut found = w.boundaries.clone();
+        found.sort_unstable();
+        assert_eq!(found, boundaries, "{:?}", w.wire);
+        assert_eq!(w.scattered, 0);
+    }
+    assert!(summary.mismatches.is_empty(), "{:#?}", summary.mismatches);
+}
+
+/// E7 against the simulator's model, read without the runner: one episode
+/// of each form, its stitched turns read back and assembled with
+/// `Earliest`, holds the model's full-context rows everywhere but at the
+/// planted flips, where it holds the flipped rows the decodes computed.
+#[test]
+fn an_assembled_episode_is_the_models_forward_but_at_the_planted_flips() {
+    use pd_stitch::episode::{Episode, Prefer, Turn};
+    use pd_stitch::gather::read_piece;
+    use pd_stitch::sim::{encode, SlotPool};
+    let config = episodes_config(true, false);
+    for (e, &wire) in Wire::ALL.iter().enumerate() {
+        let turns = config.episode(e);
+        let mut store = Store::memory();
+        let mut pool = SlotPool::new(1024);
+        let mut episode = Episode::new(Prefer::Earliest);
+        for (t, request) in turns.iter().enumerate() {
+            let r = answer(
+                wire,
+                std::slice::from_ref(request),
+                false,
+                Some(&mut pool),
+                &mut store,
+            )
+            .unwrap();
+            let (layers, top_k) = (request.model.layers, request.model.top_k);
+            let mut merged = r.decode.clone();
+            let stitcher = Stitcher::new().row_shape(layers, top_k);
+            assert_eq!(
+                stitcher.merge(&r.prefill, &mut merged, pd_stitch::Stitch::ForPd),
+                Ok(true)
+            );
+            let piece = read_piece(&merged, 0, None, &store, Some((layers, top_k))).unwrap();
+            let mut turn =
+                Turn::new(request.prompt.clone(), request.completions[0].clone()).with_piece(piece);
+            if t > 0 && wire != Wire::DynamoOpenAi {
+                turn = turn.with_start(request.start);
+            }
+            episode
+                .push(turn)
+                .unwrap_or_else(|err| panic!("{wire:?} {t}: {err}"));
+        }
+        let assembled = episode.finish().unwrap();
+        let last = turns.last().unwrap();
+        let model = last.model;
+        let dtype = wire.dtype(last.dtype);
+        let forward = model.forward(&last.tokens(0));
+        let flips: Vec<u64> = turns.iter().flat_map(|r| r.flips.clone()).collect();
+        assert!(!flips.is_empty(), "{wire:?}: no flip planted");
+        for (x, row) in forward.iter().enumerate().take(forward.len() - 1) {
+            let x = x as u64;
+            let expected = if flips.contains(&x) {
+                model.flipped(row)
+            } else {
+                row.clone()
+            };
+            assert_eq!(
+                assembled.row(x),
+                Some(&encode(dtype, &expected)[..]),
+                "{wire:?} position {x}"
+            );
+        }
+    }
+}
