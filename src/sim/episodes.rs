@@ -499,7 +499,19 @@ impl fmt::Display for EpisodeSummary {
                 f,
                 "WRONG: boundary {boundary}, scattered {scattered}, {} other mismatch(es)",
                 self.mismatches.len()
-            )
+            )?;
+            let first = self
+                .wires
+                .iter()
+                .find_map(|w| Some((w.wire, w.boundaries.first()?)));
+            match first {
+                Some((wire, (episode, position))) => write!(
+                    f,
+                    "; the first boundary: episode {episode} ({}) at position {position}",
+                    wire.name()
+                ),
+                None => Ok(()),
+            }
         }
     }
 }
