@@ -59,6 +59,6 @@ pub use request::{encode, Request};
 pub use responses::Responses;
 pub use run::run;
 pub use sglang::{colocated_answer, decode_answer, encode_ids, prefill_answer};
-pub use slot_pool::{decode_start, SlotPool, POOL_SLOTS};
+pub use slot_pool::{SlotPool, POOL_SLOTS};
 pub use splitmix::{mix, splitmix, SplitMix64};
 pub use summary::{ModeSummary, PromptRows, Summary, WithoutRowShape};

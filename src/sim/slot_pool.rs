@@ -79,8 +79,9 @@ impl SlotPool {
         self.slots.iter().filter(|s| s.is_some()).count()
     }
 
-    /// The decode's ids for choice 0 of `request`, `[decode_start(request),
-    /// P + N - 1)` ([`decode_start`]): the prompt positions read from the
+    /// The decode's ids for choice 0 of `request`, `[S, P + N - 1)`, `S` the
+    /// start it was sent when full-length, the prompt's end when
+    /// suffix-only: the prompt positions read from the
     /// slots the request is given (before it writes any, so a request
     /// longer than the ring reads what earlier ones left), then its own,
     /// computed (flipped where it flips), which it writes into its slots.
@@ -136,7 +137,7 @@ impl SlotPool {
 
 /// Where an SGLang decode's rows start: the start it was sent when
 /// full-length, the prompt's end when suffix-only.
-pub fn decode_start(request: &Request) -> u64 {
+fn decode_start(request: &Request) -> u64 {
     match request.convention {
         Convention::FullLength => request.start,
         Convention::SuffixOnly => request.prompt_len(),
