@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mock_backend::{Deployment, Forms, Mock, Role};
-use pd_stitch::sim::Mode;
+use pd_stitch::sim::Wire;
 use serde_json::json;
 
 const CONCURRENCY: usize = 32;
@@ -158,9 +158,9 @@ fn main() {
         "form", "router", "requests/s", "p50", "p99", "KiB/response"
     );
     let forms = [
-        ("by-handle", Forms::One(Mode::ByHandle)),
-        ("inline compact", Forms::One(Mode::Compact)),
-        ("inline npy", Forms::One(Mode::Npy)),
+        ("by-handle", Forms::One(Wire::ByHandle)),
+        ("inline compact", Forms::One(Wire::Compact)),
+        ("inline npy", Forms::One(Wire::Npy)),
         ("mixed", Forms::Mixed),
     ];
     for (form, forms) in forms {

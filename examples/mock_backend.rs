@@ -1,14 +1,17 @@
 //! A mock backend: one prefill or decode instance of a P/D deployment,
-//! answering as vLLM (`POST /inference/v1/generate`, from the crate's
-//! simulator, [`pd_stitch::sim`]) and as SGLang (`POST /generate`, from its
-//! SGLang model, [`pd_stitch::sglang::model`]) would.
+//! answering as vLLM (`POST /inference/v1/generate`) and as SGLang
+//! (`POST /generate`) would, with the crate's simulator's answers
+//! ([`pd_stitch::sim`]): rows of its model, a function of the token prefix,
+//! so the rows of the tokens a body sends are the same whichever request
+//! sends them (a later turn's prompt repeats the turn before's rows).
 //!
 //! It is what `examples/pd_router.rs` is tried against by hand and by
 //! `tests/it/router_http.rs`. Which simulated request a body stands for is named
 //! by its `request_id` (`"req-17"` or `17`): the router forwards the same body
 //! to both instances, so the prefill and decode mocks answer for the same
-//! request, and a test can compare the stitched answer with
-//! `Request::draw(seed, 17).truth(choice)`.
+//! request, and a test can compare the stitched answer with the truth of
+//! [`simulated`]`(seed, 17, &body)`: `Request::draw(seed, 17)` with the
+//! prompt the body sends (`token_ids`), its completions generated after it.
 //!
 //! A prefill mock refuses (400) a body that does not ask for exactly one token
 //! (`sampling_params.max_tokens == 1`, `min_tokens` absent or at most 1,
@@ -38,12 +41,13 @@
 //! here as it would against SGLang. The
 //! request is named by `rid`; `text` or `input_ids` as a list of prompts
 //! asks for a batch, and `input_ids` set the prompts' lengths (else the
-//! simulated request's are used). Each instance answers from the
+//! simulated request's are used), and their tokens the rows. Each instance
+//! answers from the
 //! `routed_experts_start_len` S it is sent, as SGLang 0.5.23 does: rows
 //! `[S, P)` for the prefill, `[S, P + N - 1)` for a colocated server and a
 //! full-length decode; S above a prompt's length, or not an integer, is a
 //! 400. A body without it stands for the simulated request's own start (its
-//! prefix omission). The answers are [`pd_stitch::sglang::model`]'s: the
+//! prefix omission). The answers are [`pd_stitch::sim`]'s: the
 //! prefill's prompt rows; the decode's in the deployment's [`Convention`]
 //! (suffix-only: `[P, P + N - 1)` whatever it is sent), its prompt rows read
 //! from the deployment's decode slot pool ([`SlotPool`]: zeros on a fresh
@@ -73,8 +77,8 @@ use axum::routing::post;
 use clap::Parser;
 use pd_stitch::algebra::Convention;
 use pd_stitch::gather::Store;
-use pd_stitch::sglang::model::{self as sglang, Api, Draw, Shape, SlotPool};
-use pd_stitch::sim::{Mode, Request, Responses};
+use pd_stitch::sglang::Api;
+use pd_stitch::sim::{self, Engine, Model, Request, Responses, SlotPool, Wire};
 use pd_stitch::ROUTED_EXPERTS;
 use serde_json::{json, Value};
 
@@ -160,22 +164,23 @@ impl FromStr for Fault {
     }
 }
 
-/// Which form the rows travel in: one of the simulator's, or each request's
+/// Which of vLLM's wire forms the rows travel in: one, or each request's
 /// `index % 3`-th (`mixed`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Forms {
-    /// Always this form.
-    One(Mode),
+    /// Always this form (by handle, compact or npy).
+    One(Wire),
     /// By handle, compact and npy in turn by request index.
     Mixed,
 }
 
 impl Forms {
     /// The form request `index` is answered in.
-    pub fn of(self, index: usize) -> Mode {
+    pub fn of(self, index: usize) -> Wire {
+        let vllm = Engine::Vllm.wires();
         match self {
-            Forms::One(mode) => mode,
-            Forms::Mixed => Mode::ALL[index % Mode::ALL.len()],
+            Forms::One(wire) => wire,
+            Forms::Mixed => vllm[index % vllm.len()],
         }
     }
 }
@@ -185,9 +190,9 @@ impl FromStr for Forms {
 
     fn from_str(s: &str) -> Result<Forms, String> {
         match s {
-            "by-handle" => Ok(Forms::One(Mode::ByHandle)),
-            "compact" => Ok(Forms::One(Mode::Compact)),
-            "npy" => Ok(Forms::One(Mode::Npy)),
+            "by-handle" => Ok(Forms::One(Wire::ByHandle)),
+            "compact" => Ok(Forms::One(Wire::Compact)),
+            "npy" => Ok(Forms::One(Wire::Npy)),
             "mixed" => Ok(Forms::Mixed),
             _ => Err(format!(
                 "unknown form {s:?}: expected by-handle, compact, npy or mixed"
@@ -205,8 +210,9 @@ pub struct Deployment {
     forms: Forms,
     dir: PathBuf,
     cache: Mutex<Cache>,
-    /// The rows' shape of its SGLang answers.
-    pub shape: Shape,
+    /// The model of its SGLang answers (its rows' shape; its seed the
+    /// deployment's).
+    pub shape: Model,
     /// How its SGLang decode answers.
     pub convention: Convention,
     /// Its SGLang decode's routed-experts host buffer, across requests.
@@ -233,8 +239,9 @@ struct RoomsSeen {
 pub const RENDEZVOUS: Duration = Duration::from_secs(3);
 
 /// The shape of the mocks' SGLang rows unless told otherwise: 8 layers of 4
-/// experts among 64.
-pub const SGLANG_SHAPE: Shape = Shape {
+/// experts among 64 (a deployment's own seed replaces this one's).
+pub const SGLANG_SHAPE: Model = Model {
+    seed: 0,
     layers: 8,
     top_k: 4,
     experts: 64,
@@ -247,9 +254,9 @@ pub const SGLANG_POOL: usize = 2048;
 /// The most recent requests' answers, oldest first out.
 #[derive(Default)]
 struct Cache {
-    /// By request index and prompt length.
-    answers: HashMap<(usize, u64), Arc<Responses>>,
-    order: VecDeque<(usize, u64)>,
+    /// By request index and prompt.
+    answers: HashMap<(usize, Vec<u64>), Arc<Responses>>,
+    order: VecDeque<(usize, Vec<u64>)>,
 }
 
 /// How many requests' answers the cache keeps: enough for the requests in
@@ -265,21 +272,28 @@ impl Deployment {
             forms,
             dir,
             cache: Mutex::new(Cache::default()),
-            shape: SGLANG_SHAPE,
+            shape: Model {
+                seed,
+                ..SGLANG_SHAPE
+            },
             convention: Convention::FullLength,
-            pool: Mutex::new(SlotPool::new(SGLANG_SHAPE, SGLANG_POOL)),
+            pool: Mutex::new(SlotPool::new(SGLANG_POOL)),
             rooms: Rooms::default(),
         }
     }
 
     /// The same deployment, its SGLang decode answering in `convention`
-    /// with rows of `shape`, from a fresh pool of as many slots as before.
-    pub fn with_sglang(self, shape: Shape, convention: Convention) -> Deployment {
+    /// with rows of `shape` (its model's seed the deployment's), from a
+    /// fresh pool of as many slots as before.
+    pub fn with_sglang(self, shape: Model, convention: Convention) -> Deployment {
         let slots = self.pool().size();
         Deployment {
-            shape,
+            shape: Model {
+                seed: self.seed,
+                ..shape
+            },
             convention,
-            pool: Mutex::new(SlotPool::new(shape, slots)),
+            pool: Mutex::new(SlotPool::new(slots)),
             ..self
         }
     }
@@ -288,7 +302,7 @@ impl Deployment {
     /// slots.
     pub fn with_sglang_pool(self, slots: usize) -> Deployment {
         Deployment {
-            pool: Mutex::new(SlotPool::new(self.shape, slots)),
+            pool: Mutex::new(SlotPool::new(slots)),
             ..self
         }
     }
@@ -299,15 +313,18 @@ impl Deployment {
         self.pool.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The SGLang request `index`'s outputs: one, or `batch` of them.
-    pub fn sglang_draws(&self, index: usize, batch: Option<usize>) -> Vec<Draw> {
+    /// The SGLang request `index`'s outputs: one, or `batch` of them, each
+    /// the first output of the simulator's SGLang request `index * 16 + j`
+    /// (its prompt, completion and start), of the deployment's model.
+    pub fn sglang_draws(&self, index: usize, batch: Option<usize>) -> Vec<Request> {
         (0..batch.unwrap_or(1))
             .map(|j| {
-                let request = pd_stitch::sglang::sim::Request::draw(self.seed, index * 16 + j);
-                Draw {
-                    convention: self.convention,
-                    ..request.draws[0]
-                }
+                let (_, _, mut outputs) = sim::sglang_draw(self.seed, index * 16 + j);
+                let drawn = outputs.remove(0);
+                let (start, completion) = (drawn.start, drawn.completion_len());
+                Request::new(index, self.shape, drawn.dtype, drawn.prompt, 1, completion)
+                    .starting_at(start)
+                    .with_convention(self.convention)
             })
             .collect()
     }
@@ -315,9 +332,16 @@ impl Deployment {
     /// What SGLang answers for request `index` (`batch` outputs, or one
     /// object) sent by `text` with no start: prefill and colocated as the
     /// mocks answer, the decode as a fresh decode would.
-    pub fn sglang_answers(&self, index: usize, batch: Option<usize>) -> sglang::Responses {
+    pub fn sglang_answers(&self, index: usize, batch: Option<usize>) -> Responses {
         let draws = self.sglang_draws(index, batch);
-        sglang::responses(Api::Generate, &draws, self.shape, batch.is_some())
+        let wire = Wire::Sglang(Api::Generate);
+        let answered = sim::answer(wire, &draws, batch.is_some(), None, &mut Store::memory());
+        // SGLang's answers write no file: nothing to fail.
+        answered.unwrap_or(Responses {
+            colocated: Value::Null,
+            prefill: Value::Null,
+            decode: Value::Null,
+        })
     }
 
     /// The draws an SGLang body stands for: request `index`'s (`batch` of
@@ -331,23 +355,32 @@ impl Deployment {
         index: usize,
         batch: Option<usize>,
         body: &Value,
-    ) -> Result<Vec<Draw>, String> {
+    ) -> Result<Vec<Request>, String> {
         let mut draws = self.sglang_draws(index, batch);
+        let tokens = |ids: &Value| -> Result<Vec<u64>, String> {
+            let ids = ids.as_array().map(Vec::as_slice).unwrap_or_default();
+            if ids.is_empty() {
+                return Err("input_ids: a prompt of no token".into());
+            }
+            ids.iter()
+                .map(|id| {
+                    id.as_u64()
+                        .ok_or_else(|| format!("input_ids: {id} is not a token id"))
+                })
+                .collect()
+        };
         match body.get("input_ids") {
             Some(Value::Array(ids)) if ids.first().is_some_and(Value::is_array) => {
                 for (draw, ids) in draws.iter_mut().zip(ids) {
-                    draw.prompt = ids.as_array().map_or(0, Vec::len) as u64;
+                    *draw = draw.clone().with_prompt(tokens(ids)?);
                 }
             }
-            Some(Value::Array(ids)) => {
+            Some(ids @ Value::Array(_)) => {
                 if let Some(draw) = draws.first_mut() {
-                    draw.prompt = ids.len() as u64;
+                    *draw = draw.clone().with_prompt(tokens(ids)?);
                 }
             }
             _ => {}
-        }
-        if draws.iter().any(|d| d.prompt == 0) {
-            return Err("input_ids: a prompt of no token".into());
         }
         let sent = match body.get("routed_experts_start_len") {
             None | Some(Value::Null) => None,
@@ -356,15 +389,15 @@ impl Deployment {
             })?),
         };
         for draw in &mut draws {
+            let prompt = draw.prompt_len();
             draw.start = match sent {
-                Some(start) if start > draw.prompt => {
+                Some(start) if start > prompt => {
                     return Err(format!(
-                        "routed_experts_start_len {start} is out of range [0, {}] (the prompt's tokens)",
-                        draw.prompt
+                        "routed_experts_start_len {start} is out of range [0, {prompt}] (the prompt's tokens)"
                     ))
                 }
                 Some(start) => start,
-                None => draw.start.min(draw.prompt),
+                None => draw.start.min(prompt),
             };
         }
         Ok(draws)
@@ -372,11 +405,11 @@ impl Deployment {
 
     /// What the SGLang instance of `role` answers for `draws`: the
     /// decode's through its pool, which it changes.
-    pub fn sglang_answer(&self, role: Role, draws: &[Draw], batch: bool) -> Value {
+    pub fn sglang_answer(&self, role: Role, draws: &[Request], batch: bool) -> Value {
         match role {
-            Role::Prefill => sglang::prefill_answer(Api::Generate, draws, self.shape, batch),
-            Role::Colocated => sglang::colocated_answer(Api::Generate, draws, self.shape, batch),
-            Role::Decode => sglang::decode_answer(&mut self.pool(), Api::Generate, draws, batch),
+            Role::Prefill => sim::prefill_answer(Api::Generate, draws, batch),
+            Role::Colocated => sim::colocated_answer(Api::Generate, draws, batch),
+            Role::Decode => sim::decode_answer(&mut self.pool(), Api::Generate, draws, batch),
         }
     }
 
@@ -439,19 +472,26 @@ impl Deployment {
     /// The simulator's answers for `request` (one [`simulated`] made), in
     /// its index's form, writing its files the first time.
     pub fn answers_for(&self, request: Request) -> std::io::Result<Arc<Responses>> {
-        let (index, key) = (request.index, (request.index, request.prompt));
+        let index = request.index;
+        let key = (index, request.prompt.clone());
         if let Some(hit) = self.cache().answers.get(&key).cloned() {
             return Ok(hit);
         }
-        let mode = self.forms.of(index);
-        let forms = request.write(&mut Store::Dir(self.dir.clone()))?;
-        let responses = forms
-            .into_iter()
-            .find(|(m, _)| *m == mode)
-            .map(|(_, r)| Arc::new(r))
-            .ok_or_else(|| std::io::Error::other("the simulator wrote no such form"))?;
+        let wire = self.forms.of(index);
+        let mut store = Store::Dir(self.dir.clone());
+        let responses = Arc::new(sim::answer(
+            wire,
+            std::slice::from_ref(&request),
+            false,
+            None,
+            &mut store,
+        )?);
         let mut cache = self.cache();
-        if cache.answers.insert(key, responses.clone()).is_none() {
+        if cache
+            .answers
+            .insert(key.clone(), responses.clone())
+            .is_none()
+        {
             cache.order.push_back(key);
         }
         while cache.order.len() > CACHE {
@@ -464,23 +504,21 @@ impl Deployment {
 }
 
 /// The simulated request a vLLM body stands for: request `index` of the
-/// seed, its prompt as long as the body's `token_ids` when they say
-/// otherwise (a client such as `pd-stitch probe` sends prompts of its own,
-/// and a later turn's prompt grows by the turn before's completion; the
-/// router sends the decode its start from that length). Split points past
-/// the prompt are dropped; the files are still named by the index.
+/// seed, its prompt the body's `token_ids` when it sends them (a client
+/// such as `pd-stitch probe` sends prompts of its own, and a later turn's
+/// prompt repeats the turn before's tokens: the model gives them the same
+/// rows), its completions generated after it. Split points past the prompt
+/// are dropped; the files are still named by the index.
 pub fn simulated(seed: u64, index: usize, body: &Value) -> Request {
-    let mut request = Request::draw(seed, index);
-    let sent = body
+    let request = Request::draw(seed, index);
+    let sent: Option<Vec<u64>> = body
         .get("token_ids")
         .and_then(Value::as_array)
-        .map_or(0, Vec::len) as u64;
-    if sent > 0 && sent != request.prompt {
-        request.prompt = sent;
-        request.prefill_splits.retain(|&split| split < sent);
-        request.prompt_start = request.prompt_start.min(sent - 1);
+        .and_then(|ids| ids.iter().map(Value::as_u64).collect());
+    match sent {
+        Some(tokens) if !tokens.is_empty() => request.with_prompt(tokens),
+        _ => request,
     }
-    request
 }
 
 /// One mock instance.
@@ -635,19 +673,19 @@ fn wrong_rows(fault: Fault, request: &Request, response: &mut Value) {
         let layer = width * shape.get(1).copied().unwrap_or(1) as usize;
         let row = layer * shape.first().copied().unwrap_or(1) as usize;
         let mut data = rows.data().to_vec();
-        let prompt = request.prompt;
+        let prompt = request.prompt_len();
         for (k, bytes) in data.chunks_exact_mut(row.max(1)).enumerate() {
             let x = start + k as u64;
             match fault {
                 Fault::ZeroPrompt if x + 1 < prompt => bytes.fill(0),
                 Fault::ZeroPrompt if x + 1 == prompt => bytes[row / layer / 2 * layer..].fill(0),
                 Fault::ScatterLayer if x >= prompt => {
-                    let pick = mix(request.index as u64 ^ x << 20);
+                    let pick = sim::mix(request.index as u64 ^ x << 20);
                     let l = (pick % (row / layer) as u64) as usize;
                     for id in bytes[l * layer..(l + 1) * layer].chunks_exact_mut(width) {
                         let mut raw = [0u8; 8];
                         raw[..width].copy_from_slice(id);
-                        let next = (u64::from_le_bytes(raw) + 1) % request.experts;
+                        let next = (u64::from_le_bytes(raw) + 1) % request.model.experts;
                         id.copy_from_slice(&next.to_le_bytes()[..width]);
                     }
                 }
@@ -663,13 +701,6 @@ fn wrong_rows(fault: Fault, request: &Request, response: &mut Value) {
         choice[ROUTED_EXPERTS] = json!({"data": base64_encode(&data), "shape": dims,
                                         "start": start, "dtype": rows.dtype().name()});
     }
-}
-
-/// SplitMix64's finalizer: the layer a position's noise falls in.
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 fn base64_encode(bytes: &[u8]) -> String {
@@ -731,7 +762,7 @@ async fn generate(State(mock): State<Arc<Mock>>, body: Bytes) -> Response {
         Role::Decode => answers.decode.clone(),
         Role::Colocated => answers.colocated.clone(),
     };
-    if mock.role == Role::Decode && mock.deployment.forms.of(index) == Mode::Npy {
+    if mock.role == Role::Decode && mock.deployment.forms.of(index) == Wire::Npy {
         // vLLM 0.32's decode: rows from the start it was sent, or down.
         match vllm_decode_rows(&mock.deployment, index, &body, &mut response) {
             Ok(()) => {}
@@ -816,7 +847,7 @@ fn vllm_decode_rows(
         .pointer("/sampling_params/routed_experts_prompt_start")
         .and_then(Value::as_u64)
         .unwrap_or(0);
-    let loaded = request.prompt.saturating_sub(1) / BLOCK * BLOCK;
+    let loaded = request.prompt_len().saturating_sub(1) / BLOCK * BLOCK;
     if start < loaded {
         return Err(format!(
             "mock: BlockObjectStoreError: auxiliary output object does not exist \
@@ -951,7 +982,10 @@ fn sglang_events(output: &Value) -> Vec<Value> {
     let mut events = Vec::new();
     for k in 1..completion {
         let mut event = output.clone();
-        event["output_ids"] = json!((0..k).collect::<Vec<_>>());
+        // Cumulative, as the engine's: the tokens so far.
+        let ids = output["output_ids"].as_array().map(Vec::as_slice);
+        let so_far = ids.unwrap_or_default().iter().take(k as usize);
+        event["output_ids"] = Value::Array(so_far.cloned().collect());
         event["text"] = json!("");
         if let Some(meta) = event["meta_info"].as_object_mut() {
             for key in [ROUTED_EXPERTS, "weight_versions", "e2e_latency"] {
@@ -1156,7 +1190,7 @@ struct Args {
     sglang_decode: Convention,
     /// The SGLang rows' shape, LAYERSxTOP_K (ids below 64).
     #[arg(long, default_value = "8x4", value_parser = shape)]
-    sglang_row_shape: Shape,
+    sglang_row_shape: Model,
     /// The SGLang decode's token slots: its prompt rows are read from them
     /// (zeros until the ring wraps, then rows earlier requests left).
     #[arg(long, default_value_t = SGLANG_POOL)]
@@ -1173,16 +1207,16 @@ fn convention(s: &str) -> Result<Convention, String> {
     }
 }
 
-fn shape(s: &str) -> Result<Shape, String> {
+fn shape(s: &str) -> Result<Model, String> {
     let parse = |n: &str| n.trim().parse::<u64>().ok().filter(|&n| n > 0);
     match s
         .split_once(['x', 'X', ','])
         .map(|(l, k)| (parse(l), parse(k)))
     {
-        Some((Some(layers), Some(top_k))) => Ok(Shape {
+        Some((Some(layers), Some(top_k))) => Ok(Model {
             layers,
             top_k,
-            experts: 64,
+            ..SGLANG_SHAPE
         }),
         _ => Err(format!(
             "{s:?} is not LAYERSxTOP_K (two positive integers, e.g. 48x8)"

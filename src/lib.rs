@@ -123,11 +123,11 @@
 //! - `verify`: the verifiers, which read files: `gather` (rows back from
 //!   files or inline values, only inside allowed directories, and `check`),
 //!   `compare` (two responses' rows position by position, as a report and a
-//!   heatmap) and `sim` (a colocated server and a 1P1D deployment simulated
-//!   over one truth).
-//! - `testing`: `pd_stitch::testing`, generators of P/D pairs with their
-//!   colocated truth and `verify_stitched`, for a router's own tests; enables
-//!   `verify`.
+//!   heatmap) and `sim` (colocated servers and 1P1D deployments of vLLM,
+//!   SGLang and Dynamo simulated over one model, and multi-turn episodes).
+//! - `testing`: `pd_stitch::testing`, generators of P/D pairs of every
+//!   engine's wire form with their colocated truth and `verify_stitched`,
+//!   for a router's own tests; enables `verify`.
 //!
 //! The `pd-stitch` command (`merge`, `check`, `gather`, `compare`, `probe`,
 //! `simulate`) is the crate `pd-stitch-cli`, built on this one's public API

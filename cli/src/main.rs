@@ -79,7 +79,8 @@ enum Command {
     )]
     Completions(command::completions::CompletionsArgs),
     /// Simulate a colocated server and a 1P1D deployment over the same truth,
-    /// stitch every request in every form, and check the rows bitwise.
+    /// stitch every request in every form, and check the rows bitwise; with
+    /// --turns, multi-turn episodes checked against the full-context forward.
     #[command(after_help = "Example:\n  pd-stitch simulate --requests 40 --seed 7")]
     Simulate(command::simulate::SimulateArgs),
 }

@@ -1,49 +1,45 @@
-//! What to simulate, and the forms rows travel in.
+//! What to simulate, and the merge under test.
 
 use std::path::PathBuf;
+
+use serde_json::Value;
+
+use crate::error::Error;
+use crate::{Stitch, Stitcher};
+
+use super::engine::Engine;
 
 /// What to simulate.
 #[derive(Clone, Debug)]
 pub struct Config {
+    /// The engine whose deployments answer.
+    pub engine: Engine,
     /// How many requests.
     pub requests: usize,
     /// The seed every request is drawn from.
     pub seed: u64,
     /// Where the files go; payloads name them relative to it.
     pub dir: PathBuf,
-    /// How many requests run at once.
+    /// How many requests run at once (vLLM and Dynamo; SGLang's run one at
+    /// a time).
     pub concurrency: usize,
 }
 
-/// The three forms rows travel in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Mode {
-    /// `payload` segments pointing into files.
-    ByHandle,
-    /// Inline compact `routed_experts`.
-    Compact,
-    /// Inline `.npy` `routed_experts`.
-    Npy,
-}
+/// A merge function under test: the library's ([`library_merge`]), or one
+/// a test breaks on purpose. It is given the stitcher a router of the
+/// request's engine would hold (with SGLang's row shape, or without it
+/// where the run asks what the rows alone determine).
+pub type MergeFn = dyn Fn(&Stitcher, &Value, &mut Value) -> Result<bool, Error> + Sync;
 
-impl Mode {
-    /// All three, in report order.
-    pub const ALL: [Mode; 3] = [Mode::ByHandle, Mode::Compact, Mode::Npy];
-
-    /// The name used in reports and file names.
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::ByHandle => "by-handle",
-            Mode::Compact => "inline compact",
-            Mode::Npy => "inline npy",
-        }
-    }
-
-    pub(super) fn file_stem(self) -> &'static str {
-        match self {
-            Mode::ByHandle => "by-handle",
-            Mode::Compact => "compact",
-            Mode::Npy => "npy",
-        }
-    }
+/// The library's merge: `stitcher.merge(prefill, decode, Stitch::ForPd)`.
+///
+/// # Errors
+///
+/// The merge's.
+pub fn library_merge(
+    stitcher: &Stitcher,
+    prefill: &Value,
+    decode: &mut Value,
+) -> Result<bool, Error> {
+    stitcher.merge(prefill, decode, Stitch::ForPd)
 }

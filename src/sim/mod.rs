@@ -1,43 +1,64 @@
-//! A P/D deployment and a colocated server, simulated on the local disk.
+//! Deployments of vLLM, SGLang and Dynamo simulated over one model.
 //!
-//! For each request the simulator draws a prompt length, a completion length,
-//! 1-4 choices, a row shape and a dtype (`uint8`, or `uint16` when expert ids
-//! exceed 255), then computes the true routed experts of every position. From
-//! that one truth it writes what three deployments would answer:
+//! **One model of the truth** ([`Model`]): the row of position `x` of a
+//! request is drawn from a rolling SplitMix64 hash of its tokens `0..=x`
+//! (each layer's expert ids distinct), so two requests that share a token
+//! prefix share its rows, and a multi-turn episode is simulated by the
+//! same model as a single request. A [`Request`] is its tokens (a prompt,
+//! and each choice's completion, which the model generates), the start it
+//! asks rows from, and what happened to it on the way: chunked-prefill
+//! splits, preemptions (re-emitting rows), and a decode's flips (positions
+//! where a decode, in another batch than a prefill, computes another row).
 //!
-//! - a **colocated** server: every row of every choice, `[0, P + C - 1)`;
-//! - the **prefill** instance of a 1P1D pair: the prompt's rows `[0, P)`, as
-//!   a chunked prefill writes them (1-3 segments);
-//! - the **decode** instance: each choice's rows from its first forward,
-//!   `[P - 1, P + C - 1)`, split where preemptions happened, its row for the
-//!   last prompt position deliberately wrong (a decode instance does not know
-//!   the prompt's routing), and, in the npy form, wrong rows for the whole
-//!   prompt.
+//! **The engines' wire forms as writers over it** ([`Wire`], [`answer`]):
+//! what a colocated server, a prefill instance and a decode instance of a
+//! 1P1D pair answer ([`Responses`]) by handle (with the files), inline
+//! compact and as vLLM 0.32's counted `.npy`; through SGLang's `/generate`
+//! (batches too), `sglext` and `sgl_ext`, its decode full-length (prompt
+//! rows read from its [`SlotPool`]: zeros, then stale rows of earlier
+//! requests) or suffix-only; and through Dynamo's token API and its OpenAI
+//! API's `nvext`. A decode's rows for prompt positions are what its engine
+//! answers there: vLLM's by handle and compact its own wrong row for the
+//! last prompt position, Dynamo's its wrong prompt rows, SGLang's its
+//! slots'.
 //!
-//! Each in three forms: by handle (real files, end-anchored segments, with
-//! `sampling_mask` segments beside them), inline compact and inline npy. It
-//! stitches every pair with a merge function (the library's, or a broken one
-//! in tests), gathers the rows back with [`gather`](crate::gather::gather()),
-//! and compares them bitwise with the truth and across forms.
-//!
-//! In each request's folder (`req-NNNN/`) it leaves the merged response of
-//! each form (`by-handle.merged.json`, `compact.merged.json`,
-//! `npy.merged.json`) and the colocated server's own response
-//! (`colocated.json`, rows by handle in `colocated.bin`), so that
-//! `pd-stitch compare` has a real baseline to check them against. File names
-//! in payloads are relative to the run's directory. Every response carries
-//! `usage.prompt_tokens`, as servers report it.
+//! **Runs.** [`run`] stitches every request of an [`Engine`]'s run with a
+//! merge function (the library's, or a broken one in tests), reads the rows
+//! back and compares them bitwise with the truth ([`Summary`]); in each
+//! request's folder (`req-NNNN/`) it leaves the merged response of each
+//! form and the colocated server's own response (`colocated.json`), so
+//! that `pd-stitch compare` has a real baseline. [`run_episodes`] makes
+//! multi-turn episodes of every engine's forms, with and without delta
+//! requests, assembles them with [`crate::episode`] and checks them
+//! against the model's full-context forward ([`EpisodeSummary`]).
 
+mod answer;
+mod check;
 mod config;
+mod dynamo;
+mod engine;
+mod episodes;
+mod files;
+mod model;
 mod request;
 mod responses;
-pub(crate) mod rng;
 mod run;
-pub(crate) mod sglang;
+mod sglang;
+mod slot_pool;
+mod splitmix;
 mod summary;
+mod vllm;
 
-pub use config::{Config, Mode};
-pub use request::Request;
+pub use answer::answer;
+pub use check::{sglang_draw, trainer_mismatches, trainer_mismatches_in};
+pub use config::{library_merge, Config, MergeFn};
+pub use engine::{Engine, Wire};
+pub use episodes::{run_episodes, EpisodeConfig, EpisodeSummary, WireEpisodes};
+pub use model::{Model, Prefix, VOCAB};
+pub use request::{encode, Request};
 pub use responses::Responses;
-pub use run::{run, trainer_mismatches, trainer_mismatches_in, MergeFn};
-pub use summary::{ModeSummary, Summary};
+pub use run::run;
+pub use sglang::{colocated_answer, decode_answer, encode_ids, prefill_answer};
+pub use slot_pool::{SlotPool, POOL_SLOTS};
+pub use splitmix::{mix, splitmix, SplitMix64};
+pub use summary::{ModeSummary, PromptRows, Summary, WithoutRowShape};

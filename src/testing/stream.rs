@@ -1,19 +1,20 @@
 //! Streamed decodes for routers' tests: [`streams`] writes a generated P/D
-//! case's decode as a server-sent event stream (every framing the standard
-//! allows, cut into random chunks), and [`verify_streamed`] judges a
-//! router's streamed answer against the case's colocated truth.
+//! case's decode as vLLM's `/inference/v1/generate` streams it, a
+//! server-sent event stream (every framing the standard allows, cut into
+//! random chunks), and [`verify_streamed`] judges a router's streamed
+//! answer against the case's colocated truth.
 //!
 //! The event reader here ([`events`]) is written apart from
 //! [`pd_stitch::stream`](crate::stream), a byte at a time, so that it can
 //! judge it.
 //!
 //! ```
-//! use pd_stitch::testing::stream::{streams, verify_streamed, Framing};
+//! use pd_stitch::testing::stream::{streams, verify_streamed, StreamStyle};
 //! use pd_stitch::testing::Knobs;
 //! use pd_stitch::{stream::StreamStitcher, Stitcher};
 //! use proptest::prelude::*;
 //!
-//! proptest!(|(case in streams(Knobs::default(), Framing::default()))| {
+//! proptest!(|(case in streams(Knobs::default(), StreamStyle::default()))| {
 //!     // The router's streaming path under test.
 //!     let mut stitcher = StreamStitcher::new(Stitcher::new(), case.prefill_body.clone()).unwrap();
 //!     let mut out = Vec::new();
@@ -31,11 +32,11 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 
 use super::{cases, verify_stitched, Case, Knobs, Mismatch};
-use crate::sim::rng::Rng;
+use crate::sim::{Engine, SplitMix64};
 
 /// How [`streams`] frames the events.
 #[derive(Clone, Debug)]
-pub struct Framing {
+pub struct StreamStyle {
     /// Line ends to draw from (each line draws its own).
     pub line_ends: Vec<&'static str>,
     /// Comment lines, other fields (`event`, `id`, `retry`), `data:` with and
@@ -46,10 +47,10 @@ pub struct Framing {
     pub tokens: usize,
 }
 
-impl Default for Framing {
+impl Default for StreamStyle {
     /// All three line ends, every variant, up to 3 token events per choice.
-    fn default() -> Framing {
-        Framing {
+    fn default() -> StreamStyle {
+        StreamStyle {
             line_ends: vec!["\n", "\r\n", "\r"],
             variants: true,
             tokens: 3,
@@ -178,10 +179,20 @@ fn event(raw: Range<usize>, lines: &[(Vec<u8>, Vec<u8>)]) -> Event {
     }
 }
 
-/// Decode streams of generated cases: each case of [`cases`]`(knobs)` with
-/// its decode written as an event stream framed as `framing` says, and cut
-/// into random chunks (sizes 1 to the whole).
-pub fn streams(knobs: Knobs, framing: Framing) -> impl Strategy<Value = StreamCase> {
+/// Decode streams of generated cases: each case of [`cases`]`(knobs)` in
+/// one of vLLM's wire forms (those of `knobs.wires`; the streams are
+/// vLLM's) with its decode written as an event stream framed as `framing`
+/// says, and cut into random chunks (sizes 1 to the whole).
+///
+/// # Panics
+///
+/// When `knobs` names none of vLLM's wire forms (a mistake in the test).
+pub fn streams(mut knobs: Knobs, framing: StreamStyle) -> impl Strategy<Value = StreamCase> {
+    knobs.wires.retain(|wire| wire.engine() == Engine::Vllm);
+    assert!(
+        !knobs.wires.is_empty(),
+        "knobs need one of vLLM's wire forms"
+    );
     (cases(knobs), any::<u64>()).prop_flat_map(move |(case, seed)| {
         let (prefill_body, stream, rows_events) = write_stream(&case, &framing, seed);
         let len = stream.len();
@@ -200,38 +211,14 @@ pub fn streams(knobs: Knobs, framing: Framing) -> impl Strategy<Value = StreamCa
     })
 }
 
-/// The framing choices of one stream, drawn from SplitMix64 (the crate's
-/// one generator, `sim::rng`).
-struct Draw(Rng);
-
-impl Draw {
-    fn new(seed: u64) -> Draw {
-        Draw(Rng(seed))
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0.next()
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-
-    fn chance(&mut self, one_in: u64) -> bool {
-        self.next() % one_in == 0
-    }
-
-    fn line_end(&mut self, framing: &Framing) -> &'static str {
-        framing
-            .line_ends
-            .get(self.below(framing.line_ends.len()))
-            .copied()
-            .unwrap_or("\n")
-    }
+/// A line end `framing` allows, drawn from `rng`.
+fn line_end(rng: &mut SplitMix64, framing: &StreamStyle) -> &'static str {
+    let at = rng.below(framing.line_ends.len() as u64) as usize;
+    framing.line_ends.get(at).copied().unwrap_or("\n")
 }
 
-fn write_stream(case: &Case, framing: &Framing, seed: u64) -> (Vec<u8>, Vec<u8>, Vec<usize>) {
-    let mut draw = Draw::new(seed);
+fn write_stream(case: &Case, framing: &StreamStyle, seed: u64) -> (Vec<u8>, Vec<u8>, Vec<usize>) {
+    let mut draw = SplitMix64::new(seed);
     let variants = framing.variants;
     let prefill_body = if variants && draw.chance(3) {
         serde_json::to_string_pretty(&case.prefill)
@@ -260,7 +247,7 @@ fn write_stream(case: &Case, framing: &Framing, seed: u64) -> (Vec<u8>, Vec<u8>,
         // streams (deltas, no usage) are stitched in
         // `tests/it/vllm.rs` (SPEC section 11, "Counts").
         let counted = choice.get("token_ids").is_some_and(Value::is_array);
-        for t in 0..draw.below(framing.tokens + 1) {
+        for t in 0..draw.below(framing.tokens as u64 + 1) {
             let delta = if counted { json!([]) } else { json!([t]) };
             let token = json!({"request_id": "r", "choices": [
                 {"index": i, "token_ids": delta, "text": "é\u{2028}\"", "finish_reason": null}]});
@@ -282,19 +269,19 @@ fn write_stream(case: &Case, framing: &Framing, seed: u64) -> (Vec<u8>, Vec<u8>,
     }
     let usage = json!({"request_id": "r", "choices": [], "usage": {"prompt_tokens": 3}});
     write_event(&mut stream, &usage, framing, &mut draw);
-    let end = draw.line_end(framing);
+    let end = line_end(&mut draw, framing);
     stream.extend_from_slice(format!("data: [DONE]{end}{end}").as_bytes());
     (prefill_body, stream, rows_events)
 }
 
-fn write_event(stream: &mut Vec<u8>, data: &Value, framing: &Framing, draw: &mut Draw) {
+fn write_event(stream: &mut Vec<u8>, data: &Value, framing: &StreamStyle, draw: &mut SplitMix64) {
     let variants = framing.variants;
     if variants && draw.chance(3) {
-        let end = draw.line_end(framing);
+        let end = line_end(draw, framing);
         stream.extend_from_slice(format!(": keep-alive{end}").as_bytes());
     }
     if variants && draw.chance(3) {
-        let (a, b) = (draw.line_end(framing), draw.line_end(framing));
+        let (a, b) = (line_end(draw, framing), line_end(draw, framing));
         stream.extend_from_slice(format!("event: chunk{a}id: 7{b}").as_bytes());
     }
     let text = if variants && draw.chance(4) {
@@ -310,19 +297,19 @@ fn write_event(stream: &mut Vec<u8>, data: &Value, framing: &Framing, draw: &mut
         } else {
             "data:"
         };
-        let end = draw.line_end(framing);
+        let end = line_end(draw, framing);
         stream.extend_from_slice(prefix.as_bytes());
         stream.extend_from_slice(piece.as_bytes());
         stream.extend_from_slice(end.as_bytes());
         last_end = end;
     }
     if variants && draw.chance(5) {
-        let end = draw.line_end(framing);
+        let end = line_end(draw, framing);
         stream.extend_from_slice(format!("retry: 10{end}").as_bytes());
         last_end = end;
     }
     // A blank line's `\n` right after a `\r` would be that line end's rest.
-    let blank = match draw.line_end(framing) {
+    let blank = match line_end(draw, framing) {
         "\n" if last_end == "\r" => "\r\n",
         blank => blank,
     };
@@ -395,26 +382,24 @@ pub fn verify_streamed(case: &StreamCase, output: &[u8]) -> Result<(), Mismatch>
 mod tests {
     use super::*;
 
+    /// Every line end the style allows is drawn, and only those.
     #[test]
-    fn below_and_chance_draw_within_their_ranges_at_their_rates() {
-        let mut draw = Draw::new(7);
-        let mut hits = [0usize; 5];
-        for _ in 0..10_000 {
-            let k = draw.below(5);
-            assert!(k < 5, "{k}");
-            hits[k] += 1;
-        }
-        assert!(
-            hits.iter().all(|&h| (1_600..=2_400).contains(&h)),
-            "{hits:?}"
-        );
-        assert_eq!(draw.below(0), 0);
-        let yes = (0..10_000).filter(|_| draw.chance(4)).count();
-        assert!((2_000..=3_000).contains(&yes), "{yes}");
-        let framing = Framing::default();
+    fn line_ends_are_drawn_from_the_style() {
+        let mut draw = SplitMix64::new(7);
+        let style = StreamStyle::default();
         let ends: std::collections::BTreeSet<&str> =
-            (0..100).map(|_| draw.line_end(&framing)).collect();
+            (0..100).map(|_| line_end(&mut draw, &style)).collect();
         assert_eq!(ends, ["\n", "\r", "\r\n"].into_iter().collect());
+        let one = StreamStyle {
+            line_ends: vec!["\r"],
+            ..StreamStyle::default()
+        };
+        assert!((0..20).all(|_| line_end(&mut draw, &one) == "\r"));
+        let none = StreamStyle {
+            line_ends: vec![],
+            ..StreamStyle::default()
+        };
+        assert_eq!(line_end(&mut draw, &none), "\n");
     }
 
     #[test]

@@ -545,7 +545,7 @@ fn row_cases() -> impl Strategy<Value = (Value, Value)> {
     cases(Knobs {
         prompt: 1..=24,
         completion: 1..=16,
-        ..Knobs::default()
+        ..Knobs::engine(pd_stitch::sim::Engine::Vllm)
     })
     .prop_map(|case| (case.prefill, case.decode))
 }

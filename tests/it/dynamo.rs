@@ -293,3 +293,109 @@ fn nvext_errors_name_their_place() {
         assert_eq!(got, Err(err));
     }
 }
+
+/// The simulator answers as the engine does (SPEC 4b): on the token API,
+/// each role's response and choices with the engine's keys, compact rows
+/// from the start each role is asked (the colocated server and the prefill
+/// from 0, the decode from `P - 1`) to where its counts end them
+/// (`P + N - 1`, the prefill's `P`); on the OpenAI API, the engine's keys
+/// and `nvext` rows from 0 to where the usage counts end them. Read off the
+/// engine's answers and the simulator's the same way.
+#[cfg(feature = "verify")]
+#[test]
+fn the_simulator_answers_as_the_engine_does() {
+    use pd_stitch::gather::Store;
+    use pd_stitch::sim::{answer, Request, Wire};
+    use std::collections::BTreeSet;
+    type Read = (BTreeSet<String>, BTreeSet<String>, &'static str, i64);
+    let keys = |v: &Value| -> BTreeSet<String> {
+        v.as_object()
+            .map_or_else(BTreeSet::new, |o| o.keys().cloned().collect())
+    };
+    // Where rows start, in words: from 0, or from the last prompt position.
+    let from = |start: u64, p: u64| match start {
+        0 => "0",
+        s if s + 1 == p => "P - 1",
+        _ => "elsewhere",
+    };
+    // A token API answer of a prompt of `p`: its keys, its first choice's,
+    // where its rows start, and where they end against its counts.
+    let token = |response: &Value, p: u64, prefill: bool| -> Read {
+        let choice = &response["choices"][0];
+        let rows = &choice["routed_experts"];
+        let start = rows["start"].as_u64().unwrap();
+        let end = start + rows["shape"][0].as_u64().unwrap();
+        let n = choice["token_ids"].as_array().unwrap().len() as u64;
+        let due = if prefill { p } else { p + n - 1 };
+        let end = end as i64 - due as i64;
+        (keys(response), keys(choice), from(start, p), end)
+    };
+    // An OpenAI API answer: the same, the counts in `usage`.
+    let openai = |response: &Value| -> Read {
+        let rows = &response["nvext"]["routed_experts"];
+        let usage = &response["usage"];
+        let (p, n) = (
+            usage["prompt_tokens"].as_u64().unwrap(),
+            usage["completion_tokens"].as_u64().unwrap(),
+        );
+        let start = rows["start"].as_u64().unwrap();
+        let end = start + rows["shape"][0].as_u64().unwrap();
+        let end = end as i64 - (p + n - 1) as i64;
+        (
+            keys(response),
+            keys(&response["choices"][0]),
+            from(start, p),
+            end,
+        )
+    };
+    let engine = |name: &str| fixture_json(&format!("p45/{name}.json"));
+    let token_api = [
+        token(&engine("colocated"), 45, false),
+        token(&engine("prefill"), 45, true),
+        token(&engine("decode"), 45, false),
+    ];
+    assert_eq!(
+        token_api.iter().map(|r| (r.2, r.3)).collect::<Vec<_>>(),
+        [("0", 0), ("0", 0), ("P - 1", 0)]
+    );
+    let openai_api = [
+        openai(&engine("openai-colocated")),
+        openai(&engine("openai-prefill")),
+    ];
+    assert_eq!(
+        openai_api.iter().map(|r| (r.2, r.3)).collect::<Vec<_>>(),
+        [("0", 0), ("0", 0)]
+    );
+    let mut seen = 0;
+    for index in 0..24 {
+        let request = Request::draw(5, index);
+        let p = request.prompt_len();
+        if p == 1 {
+            // From 0 and from P - 1 are one position.
+            continue;
+        }
+        let requests = std::slice::from_ref(&request);
+        let store = &mut Store::memory();
+        let sim = answer(Wire::DynamoToken, requests, false, None, store).unwrap();
+        let sim = [
+            token(&sim.colocated, p, false),
+            token(&sim.prefill, p, true),
+            token(&sim.decode, p, false),
+        ];
+        assert_eq!(sim, token_api, "request {index}");
+        let sim = answer(Wire::DynamoOpenAi, requests, false, None, store).unwrap();
+        let sim = [
+            openai(&sim.colocated),
+            openai(&sim.prefill),
+            openai(&sim.decode),
+        ];
+        assert_eq!(sim[..2], openai_api, "request {index}");
+        assert_eq!(
+            (sim[2].2, sim[2].3),
+            ("0", 0),
+            "request {index}: the decode"
+        );
+        seen += 1;
+    }
+    assert!(seen > 20, "{seen}");
+}

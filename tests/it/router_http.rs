@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use mock_backend::{Deployment, Fault, Forms, Mock, Role, SGLANG_SHAPE};
 use pd_stitch::algebra::Convention;
 use pd_stitch::gather::gather;
-use pd_stitch::sim::{Mode, Request};
+use pd_stitch::sim::{Engine, Request, Wire};
 use pd_stitch::{merge_routed_experts_for_pd, ROUTED_EXPERTS};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -235,13 +235,13 @@ impl Setup {
     fn check_truth(&self, index: usize, response: &Value) -> Result<(), String> {
         let request = Request::draw(SEED, index);
         let choices = response["choices"].as_array().map_or(0, Vec::len);
-        if choices != request.choices {
+        if choices != request.choices() {
             return Err(format!(
                 "request {index}: {choices} choices, expected {}",
-                request.choices
+                request.choices()
             ));
         }
-        for c in 0..request.choices {
+        for c in 0..request.choices() {
             let rows = gather(response, c, ROUTED_EXPERTS, &self.dir)
                 .map_err(|e| format!("request {index} choice {c}: {e}"))?;
             if rows.data() != request.truth(c).as_slice() {
@@ -269,12 +269,13 @@ fn client() -> reqwest::Client {
 }
 
 /// The body of simulated request `index`: its prompt's tokens (their
-/// number is what the router sends the decode as its start).
+/// number is what the router sends the decode as its start; the mocks'
+/// rows are those of the tokens sent).
 fn body(index: usize) -> Value {
     let prompt = Request::draw(SEED, index).prompt;
     json!({
         "request_id": format!("req-{index}"),
-        "token_ids": (0..prompt).map(|t| t % 512).collect::<Vec<_>>(),
+        "token_ids": prompt,
         "sampling_params": {"max_tokens": 64, "min_tokens": 4, "temperature": 1.0},
     })
 }
@@ -285,7 +286,7 @@ fn message(response: &Value) -> &str {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stitched_answers_equal_the_colocated_truth_in_every_form() {
-    for mode in Mode::ALL {
+    for &mode in Engine::Vllm.wires() {
         let setup = Setup::start(
             mode.name().replace(' ', "-").as_str(),
             Options {
@@ -316,7 +317,7 @@ async fn stitched_answers_equal_the_colocated_truth_in_every_form() {
             expected_decode["kv_transfer_params"] =
                 json!({"do_remote_prefill": true, "remote_request_id": index});
             expected_decode["sampling_params"]["routed_experts_prompt_start"] =
-                json!(Request::draw(SEED, index).prompt);
+                json!(Request::draw(SEED, index).prompt_len());
             assert_eq!(d, &expected_decode);
         }
     }
@@ -354,17 +355,17 @@ async fn a_router_without_the_decode_start_takes_the_vllm_decode_down() {
     let setup = Setup::start(
         "no-decode-start",
         Options {
-            forms: Forms::One(Mode::Npy),
+            forms: Forms::One(Wire::Npy),
             decode_start: false,
             ..Options::default()
         },
     )
     .await;
     let long = (0..)
-        .find(|&i| Request::draw(SEED, i).prompt > 2 * 32)
+        .find(|&i| Request::draw(SEED, i).prompt_len() > 2 * 32)
         .expect("a long prompt");
     let short = (0..)
-        .find(|&i| Request::draw(SEED, i).prompt <= 32)
+        .find(|&i| Request::draw(SEED, i).prompt_len() <= 32)
         .expect("a short prompt");
     // A prompt within one block loads no KV: any start is computed there.
     let (status, response) = setup.post(&body(short)).await;
@@ -444,7 +445,7 @@ fn streamed(bytes: &[u8]) -> (Vec<Vec<u8>>, Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streamed_answers_are_stitched_and_equal_the_colocated_truth_in_every_form() {
-    for mode in Mode::ALL {
+    for &mode in Engine::Vllm.wires() {
         let name = format!("stream-{}", mode.name().replace(' ', "-"));
         let setup = Setup::start(
             &name,
@@ -468,7 +469,7 @@ async fn streamed_answers_are_stitched_and_equal_the_colocated_truth_in_every_fo
             );
             assert_eq!(content_type, "text/event-stream");
             let (data, merged) = streamed(&bytes);
-            let choices = Request::draw(SEED, index).choices;
+            let choices = Request::draw(SEED, index).choices();
             // Per choice two token events and the rows event, then usage and
             // [DONE], in order.
             assert_eq!(
@@ -545,7 +546,7 @@ async fn a_streamed_request_without_routed_experts_passes_through() {
     // Nothing to stitch: every event as the decode sent it.
     let (data, merged) = streamed(&bytes);
     assert_eq!(merged["choices"], json!([]));
-    let choices = Request::draw(SEED, 4).choices;
+    let choices = Request::draw(SEED, 4).choices();
     assert_eq!(data.len(), 3 * choices + 2);
     let text = String::from_utf8_lossy(&bytes);
     let first = "data: {\"choices\":[{\"finish_reason\":null,\"index\":0,\"routed_experts\":null";
@@ -555,7 +556,7 @@ async fn a_streamed_request_without_routed_experts_passes_through() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn decode_rows_without_prefill_rows_are_a_502_naming_the_error() {
-    for mode in Mode::ALL {
+    for &mode in Engine::Vllm.wires() {
         let setup = Setup::start(
             &format!("no-prefill-rows-{}", mode.name().replace(' ', "-")),
             Options {
@@ -1426,8 +1427,8 @@ async fn unstitched_sglang_answers_are_not_the_colocated_ones() {
         // A prefill without rows (start == prompt) leaves nothing to stitch.
         let empty = (0..6)
             .filter(|&i| {
-                let d = setup.deployment.sglang_draws(i, None)[0];
-                d.start == d.prompt
+                let d = &setup.deployment.sglang_draws(i, None)[0];
+                d.start == d.prompt_len()
             })
             .count();
         assert_eq!(differ, 6 - empty, "{convention:?}");

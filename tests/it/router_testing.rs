@@ -2,9 +2,9 @@
 //! faithful path passes, and paths broken in the ways routers break are caught
 //! with a message that names the choice, the position and the segment.
 
-use pd_stitch::sim::Mode;
+use pd_stitch::sim::{Engine, Wire};
 use pd_stitch::testing::{cases, fixture, verify_stitched, Case, Knobs, FIXTURES};
-use pd_stitch::ErrorKind;
+use pd_stitch::{ErrorKind, Stitch, Stitcher};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::TestRunner;
@@ -63,12 +63,41 @@ fn router_copying_choice_0(prefill: &Value, decode: Value) -> Value {
     merged
 }
 
+/// A faithful router of every engine: the merge with the model's row
+/// shape (which SGLang's rows need and the others ignore).
+fn router_with_row_shape(case: &Case) -> Value {
+    let (layers, top_k) = case.row_shape();
+    let mut merged = case.decode.clone();
+    Stitcher::new()
+        .row_shape(layers, top_k)
+        .merge(&case.prefill, &mut merged, Stitch::ForPd)
+        .expect("generated pairs stitch");
+    merged
+}
+
+/// The knobs of vLLM's forms alone: the broken paths below break vLLM's
+/// payloads and choices.
+fn vllm() -> Knobs {
+    Knobs::engine(Engine::Vllm)
+}
+
 proptest! {
     #![proptest_config(crate::support::config("router_testing"))]
 
     #[test]
     fn a_faithful_router_passes(case in cases(Knobs::default())) {
-        let merged = router(&case.prefill, case.decode.clone());
+        let merged = router_with_row_shape(&case);
+        verify_stitched(&case, &merged)?;
+    }
+
+    /// The same with rows asked from a start after 0 (prefix omission), in
+    /// every form that takes one.
+    #[test]
+    fn a_faithful_router_passes_with_the_prefix_omitted(case in cases(Knobs {
+        omit_prefix: true,
+        ..Knobs::default()
+    })) {
+        let merged = router_with_row_shape(&case);
         verify_stitched(&case, &merged)?;
     }
 }
@@ -91,7 +120,7 @@ fn failures(knobs: Knobs, n: usize, router: fn(&Value, Value) -> Value) -> Vec<(
 #[test]
 fn a_router_that_reorders_segments_is_caught() {
     let knobs = Knobs {
-        modes: vec![Mode::ByHandle],
+        wires: vec![Wire::ByHandle],
         ..Knobs::default()
     };
     let caught = failures(knobs, 64, router_reordering_segments);
@@ -112,13 +141,13 @@ fn a_router_that_copies_choice_0_is_caught_with_position_and_segment() {
     let knobs = Knobs {
         choices: 2..=4,
         completion: 2..=48,
-        ..Knobs::default()
+        ..vllm()
     };
     let caught = failures(knobs, 64, router_copying_choice_0);
     // Every case has a second choice whose completion rows differ from choice 0's.
     assert_eq!(caught.len(), 64);
     for (case, message) in &caught {
-        let position = case.request().prompt; // the first completion position with a row of its own
+        let position = case.request().prompt_len(); // the first completion position with a row of its own
         assert!(
             message.starts_with(&format!("choice 1, position {position} (from ")),
             "{message}"
@@ -127,7 +156,7 @@ fn a_router_that_copies_choice_0_is_caught_with_position_and_segment() {
             message.contains("expected the decode's row (a completion position)"),
             "{message}"
         );
-        if case.mode == Mode::ByHandle {
+        if case.wire == Wire::ByHandle {
             assert!(message.contains("(from payload["), "{message}");
         }
     }
@@ -203,12 +232,12 @@ fn router_dropping_the_last_choice(prefill: &Value, decode: Value) -> Value {
 fn a_router_that_drops_a_choice_is_caught() {
     let knobs = Knobs {
         choices: 2..=4,
-        ..Knobs::default()
+        ..vllm()
     };
     let caught = failures(knobs, 32, router_dropping_the_last_choice);
     assert_eq!(caught.len(), 32);
     for (case, message) in &caught {
-        let n = case.request().choices;
+        let n = case.request().choices();
         assert_eq!(
             message,
             &format!("choice 0: {} choices, expected {n}", n - 1)
@@ -244,7 +273,7 @@ fn router_losing_the_last_row(prefill: &Value, decode: Value) -> Value {
 #[test]
 fn a_router_that_loses_the_last_row_is_caught() {
     let knobs = Knobs {
-        modes: vec![Mode::ByHandle, Mode::Compact],
+        wires: vec![Wire::ByHandle, Wire::Compact],
         // The decode's rows reach past the cut, so the last segment is its.
         completion: 2..=48,
         ..Knobs::default()
@@ -278,7 +307,7 @@ fn router_shifting_compact_rows(prefill: &Value, decode: Value) -> Value {
 #[test]
 fn a_router_that_shifts_rows_by_one_position_is_caught() {
     let knobs = Knobs {
-        modes: vec![Mode::Compact],
+        wires: vec![Wire::Compact],
         ..Knobs::default()
     };
     let caught = failures(knobs, 32, router_shifting_compact_rows);
@@ -315,13 +344,13 @@ fn router_cutting_one_early(prefill: &Value, decode: Value) -> Value {
 #[test]
 fn a_router_that_cuts_one_position_early_is_caught_at_the_last_prompt_position() {
     let knobs = Knobs {
-        modes: vec![Mode::Compact],
+        wires: vec![Wire::Compact],
         ..Knobs::default()
     };
     let caught = failures(knobs, 32, router_cutting_one_early);
     assert_eq!(caught.len(), 32);
     for (case, message) in &caught {
-        let last = case.request().prompt - 1;
+        let last = case.request().prompt_len() - 1;
         assert_eq!(
             message,
             &format!(
@@ -347,7 +376,7 @@ fn router_dropping_sampling_masks(prefill: &Value, decode: Value) -> Value {
 #[test]
 fn a_router_that_drops_other_payload_items_is_caught() {
     let knobs = Knobs {
-        modes: vec![Mode::ByHandle],
+        wires: vec![Wire::ByHandle],
         hostile: false,
         ..Knobs::default()
     };
@@ -389,7 +418,7 @@ fn router_reversing_decode_segments(prefill: &Value, decode: Value) -> Value {
 #[test]
 fn a_router_that_lists_segments_out_of_position_order_is_caught() {
     let knobs = Knobs {
-        modes: vec![Mode::ByHandle],
+        wires: vec![Wire::ByHandle],
         ..Knobs::default()
     };
     let mut runner = TestRunner::deterministic();
@@ -399,7 +428,7 @@ fn a_router_that_lists_segments_out_of_position_order_is_caught() {
         let case = strategy.new_tree(&mut runner).unwrap().current();
         let merged = router_reversing_decode_segments(&case.prefill, case.decode.clone());
         let correct = router(&case.prefill, case.decode.clone());
-        let changed: Vec<usize> = (0..case.request().choices)
+        let changed: Vec<usize> = (0..case.request().choices())
             .filter(|&c| merged["choices"][c] != correct["choices"][c])
             .collect();
         let result = verify_stitched(&case, &merged);
@@ -447,7 +476,7 @@ fn router_adding_an_empty_segment(prefill: &Value, decode: Value) -> Value {
 #[test]
 fn an_empty_segment_out_of_order_is_not_flagged() {
     let knobs = Knobs {
-        modes: vec![Mode::ByHandle],
+        wires: vec![Wire::ByHandle],
         ..Knobs::default()
     };
     assert!(failures(knobs, 32, router_adding_an_empty_segment).is_empty());
@@ -474,7 +503,7 @@ fn a_wrong_row_names_the_segment_or_form_it_came_from() {
     let knobs = Knobs {
         choices: 2..=4,
         completion: 2..=48,
-        ..Knobs::default()
+        ..vllm()
     };
     let mut runner = TestRunner::deterministic();
     let strategy = cases(knobs);
@@ -483,11 +512,12 @@ fn a_wrong_row_names_the_segment_or_form_it_came_from() {
         let case = strategy.new_tree(&mut runner).unwrap().current();
         let merged = router_copying_choice_0(&case.prefill, case.decode.clone());
         let message = verify_stitched(&case, &merged).unwrap_err().to_string();
-        let position = case.request().prompt;
-        let from = match case.mode {
-            Mode::ByHandle => segment_holding(&merged["choices"][1], position),
-            Mode::Compact => "inline routed_experts (compact)".to_owned(),
-            Mode::Npy => "inline routed_experts (npy)".to_owned(),
+        let position = case.request().prompt_len();
+        let from = match case.wire {
+            Wire::ByHandle => segment_holding(&merged["choices"][1], position),
+            Wire::Compact => "inline routed_experts (compact)".to_owned(),
+            Wire::Npy => "inline routed_experts (npy)".to_owned(),
+            other => panic!("{other:?} is not vLLM's"),
         };
         assert_eq!(
             message,
@@ -496,7 +526,11 @@ fn a_wrong_row_names_the_segment_or_form_it_came_from() {
                  row differs from the truth; expected the decode's row (a completion position)"
             )
         );
-        seen[Mode::ALL.iter().position(|&m| m == case.mode).unwrap()] += 1;
+        seen[Engine::Vllm
+            .wires()
+            .iter()
+            .position(|&w| w == case.wire)
+            .unwrap()] += 1;
     }
     assert!(seen.iter().all(|&n| n > 0), "{seen:?}");
 }
@@ -522,10 +556,7 @@ fn hostile_extras_sit_everywhere_in_the_payload_and_only_when_asked_for() {
     let mut runner = TestRunner::deterministic();
     let mut places = [0; 3]; // first, between, last (before the null)
     for hostile in [true, false] {
-        let strategy = cases(Knobs {
-            hostile,
-            ..Knobs::default()
-        });
+        let strategy = cases(Knobs { hostile, ..vllm() });
         for _ in 0..64 {
             let case = strategy.new_tree(&mut runner).unwrap().current();
             for (i, choice) in case.decode["choices"]
@@ -540,7 +571,7 @@ fn hostile_extras_sit_everywhere_in_the_payload_and_only_when_asked_for() {
                     hostile.then(|| serde_json::json!({"hop": i})).as_ref()
                 );
                 let Some(payload) = choice["payload"].as_array() else {
-                    assert_ne!(case.mode, Mode::ByHandle);
+                    assert_ne!(case.wire, Wire::ByHandle);
                     continue;
                 };
                 let at = payload
@@ -569,7 +600,7 @@ fn hostile_extras_sit_everywhere_in_the_payload_and_only_when_asked_for() {
 fn uint16_cases_route_to_experts_above_255() {
     let knobs = Knobs {
         dtypes: vec![pd_stitch::algebra::Dtype::Uint16],
-        ..Knobs::default()
+        ..vllm()
     };
     let mut runner = TestRunner::deterministic();
     let strategy = cases(knobs);
@@ -588,14 +619,50 @@ fn uint16_cases_route_to_experts_above_255() {
 mod sglang_routers {
     use super::*;
     use base64::engine::general_purpose::STANDARD;
-    use base64::Engine;
-    use pd_stitch::algebra::Convention;
-    use pd_stitch::testing::sglang::{self, Api};
-    use pd_stitch::{Stitch, Stitcher};
+    use base64::Engine as _;
+    use pd_stitch::algebra::{Convention, Dtype};
+    use pd_stitch::sglang::Api;
+    use pd_stitch::sim::{Model, Request};
+
+    /// What V5 and V6 draw: SGLang's forms, prompts of 1-48 tokens, 1-32
+    /// generated, batches of up to 4, prefix omission.
+    fn sglang_knobs() -> Knobs {
+        Knobs {
+            prompt: 1..=48,
+            completion: 1..=32,
+            omit_prefix: true,
+            ..Knobs::engine(Engine::Sglang)
+        }
+    }
+
+    /// An SGLang output of `prompt` tokens, `completion` generated, asked
+    /// from `start`, its decode in `convention`, of a model of rows of 2 x
+    /// 4 ids among 64 seeded with `seed`.
+    fn output(
+        prompt: u64,
+        completion: u64,
+        start: u64,
+        convention: Convention,
+        seed: u64,
+    ) -> Request {
+        let model = Model {
+            seed,
+            layers: 2,
+            top_k: 4,
+            experts: 64,
+        };
+        let tokens = (0..prompt).map(|t| (t * 37 + seed) % 512).collect();
+        Request::new(0, model, Dtype::Int32, tokens, 1, completion)
+            .starting_at(start)
+            .with_convention(convention)
+    }
+
+    const GENERATE: Wire = Wire::Sglang(Api::Generate);
 
     /// A faithful SGLang router: the crate's merge with the model's shape.
-    fn router(case: &sglang::Case) -> Value {
-        let stitcher = Stitcher::new().row_shape(case.shape.layers, case.shape.top_k);
+    fn router(case: &Case) -> Value {
+        let (layers, top_k) = case.row_shape();
+        let stitcher = Stitcher::new().row_shape(layers, top_k);
         let mut merged = case.decode.clone();
         stitcher
             .merge(&case.prefill, &mut merged, Stitch::ForPd)
@@ -605,7 +672,7 @@ mod sglang_routers {
 
     /// Miles' splice (F7): the prefill's bytes over the head of the
     /// decode's, `prefill ++ decode[len(prefill)..]`, in every slot.
-    fn head_splice(case: &sglang::Case) -> Value {
+    fn head_splice(case: &Case) -> Value {
         let splice = |p: &Value, d: &mut Value| {
             let (Some(p), Some(ds)) = (p.as_str(), d.as_str()) else {
                 return;
@@ -618,7 +685,7 @@ mod sglang_routers {
         };
         let mut merged = case.decode.clone();
         let items: Vec<usize> = if case.batch {
-            (0..case.draws.len()).collect()
+            (0..case.requests.len()).collect()
         } else {
             vec![usize::MAX]
         };
@@ -650,7 +717,7 @@ mod sglang_routers {
         /// the unmerged decode fails wherever the decode's rows are not
         /// already the truth.
         #[test]
-        fn a_faithful_sglang_router_passes(case in sglang::cases(sglang::Knobs::default())) {
+        fn a_faithful_sglang_router_passes(case in cases(sglang_knobs())) {
             verify_stitched(&case, &router(&case))?;
             // Right as it is only when every output's rows are the
             // colocated ones: when the prefill holds no row, or when a
@@ -680,15 +747,15 @@ mod sglang_routers {
         /// the decode one after the prompt: the completion's first rows are
         /// lost, which `verify_stitched` reports as the positions covered.
         #[test]
-        fn the_head_splice_is_caught_on_suffix_only_decodes(case in sglang::cases(sglang::Knobs::default())) {
+        fn the_head_splice_is_caught_on_suffix_only_decodes(case in cases(sglang_knobs())) {
             let spliced = head_splice(&case);
-            let broken = case.draws.iter().position(|d| d.convention == Convention::SuffixOnly
-                && d.start < d.prompt && d.completion > 1);
+            let broken = case.requests.iter().position(|d| d.convention == Convention::SuffixOnly
+                && d.start < d.prompt_len() && d.completion_len() > 1);
             match (broken, verify_stitched(&case, &spliced)) {
                 (None, got) => prop_assert!(got.is_ok(), "{:?}", got),
                 (Some(i), Err(m)) => {
                     // The first wrong output is a suffix-only one with rows on both sides.
-                    let d = case.draws[m.choice];
+                    let d = &case.requests[m.choice];
                     prop_assert!(m.choice <= i);
                     prop_assert_eq!(d.convention, Convention::SuffixOnly);
                     prop_assert!(m.message.contains("rows cover positions")
@@ -706,19 +773,8 @@ mod sglang_routers {
     /// as such.
     #[test]
     fn sglang_mismatches_name_the_side_and_the_shape() {
-        let draw = sglang::Draw {
-            prompt: 6,
-            completion: 5,
-            start: 0,
-            convention: Convention::FullLength,
-            seed: 4,
-        };
-        let shape = sglang::Shape {
-            layers: 2,
-            top_k: 4,
-            experts: 64,
-        };
-        let case = sglang::Case::new(Api::Generate, shape, vec![draw], false);
+        let draw = output(6, 5, 0, Convention::FullLength, 4);
+        let case = Case::new(GENERATE, vec![draw.clone()], false);
         for (x, side) in [
             (0, "the prefill's row (a prompt position)"),
             (5, "the prefill's row (a prompt position)"),
@@ -735,10 +791,9 @@ mod sglang_routers {
                 format!("choice 0, position {x} (from meta_info.routed_experts): row differs from the truth; expected {side}")
             );
         }
-        let wrong_shape = |case: &sglang::Case, merged: &Value| {
-            verify_stitched(case, merged).unwrap_err().to_string()
-        };
-        let batch = sglang::Case::new(Api::Generate, shape, vec![draw, draw], true);
+        let wrong_shape =
+            |case: &Case, merged: &Value| verify_stitched(case, merged).unwrap_err().to_string();
+        let batch = Case::new(GENERATE, vec![draw.clone(), draw], true);
         let mut merged = router(&batch);
         verify_stitched(&batch, &merged).unwrap();
         let first = merged[0].clone();
@@ -767,21 +822,10 @@ mod sglang_routers {
     /// experts: a stale row is the truth with a chance below 10^-11.)
     #[test]
     fn full_length_decodes_answer_zeros_or_stale_prompt_rows() {
-        let shape = sglang::Shape {
-            layers: 2,
-            top_k: 4,
-            experts: 64,
-        };
         let (mut zeros, mut stale) = (0, 0);
         for seed in 0..40u64 {
-            let draw = sglang::Draw {
-                prompt: 9,
-                completion: 4,
-                start: 1,
-                convention: Convention::FullLength,
-                seed,
-            };
-            let case = sglang::Case::new(Api::Generate, shape, vec![draw], false);
+            let draw = output(9, 4, 1, Convention::FullLength, seed);
+            let case = Case::new(GENERATE, vec![draw.clone()], false);
             let rows = STANDARD
                 .decode(case.decode["meta_info"]["routed_experts"].as_str().unwrap())
                 .unwrap();
@@ -794,7 +838,11 @@ mod sglang_routers {
             assert_eq!(rows.len(), 11, "seed {seed}");
             for (k, row) in rows.iter().enumerate() {
                 let x = 1 + k as u64;
-                let truth = draw.truth_row(shape, x);
+                let truth: Vec<i32> = draw
+                    .true_ids(x, draw.prefixes(0)[x as usize])
+                    .into_iter()
+                    .map(|id| id as i32)
+                    .collect();
                 if x >= 9 {
                     assert_eq!(*row, &truth[..], "seed {seed}: the decode's own row {x}");
                 } else if row.iter().all(|&id| id == 0) {
@@ -826,30 +874,35 @@ mod sglang_routers {
     fn cases_follow_their_knobs() {
         let mut runner = TestRunner::deterministic();
         for omit in [true, false] {
-            let knobs = sglang::Knobs {
+            let knobs = Knobs {
                 prompt: 1..=3,
-                prefix_omission: omit,
-                ..sglang::Knobs::default()
+                omit_prefix: omit,
+                ..sglang_knobs()
             };
-            let strategy = sglang::cases(knobs);
+            let strategy = cases(knobs);
             let mut starts = std::collections::BTreeSet::new();
             let mut batches = std::collections::BTreeSet::new();
             let (mut generate, mut single) = (0, 0);
             for _ in 0..400 {
                 let case = strategy.new_tree(&mut runner).unwrap().current();
-                for d in &case.draws {
-                    assert!(d.start <= d.prompt && (1..=3).contains(&d.prompt), "{d:?}");
-                    starts.insert((d.prompt, d.start));
+                for d in &case.requests {
+                    let p = d.prompt_len();
+                    assert!(d.start <= p && (1..=3).contains(&p), "{d:?}");
+                    starts.insert((p, d.start));
                 }
-                assert!((1..=4).contains(&case.draws.len()), "{}", case.draws.len());
-                if case.api == Api::Generate {
-                    assert!(case.batch || case.draws.len() == 1, "{case:?}");
+                assert!(
+                    (1..=4).contains(&case.requests.len()),
+                    "{}",
+                    case.requests.len()
+                );
+                if case.wire == GENERATE {
+                    assert!(case.batch || case.requests.len() == 1, "{case:?}");
                     assert_eq!(case.prefill.is_array(), case.batch);
-                    batches.insert((case.batch, case.draws.len()));
+                    batches.insert((case.batch, case.requests.len()));
                     generate += 1;
                     single += usize::from(!case.batch);
                 } else {
-                    assert!(!case.batch && case.draws.len() == 1, "{case:?}");
+                    assert!(!case.batch && case.requests.len() == 1, "{case:?}");
                     assert!(case.prefill.is_object());
                 }
             }
@@ -873,19 +926,8 @@ mod sglang_routers {
     /// author reads.
     #[test]
     fn the_head_splice_message_names_the_positions() {
-        let draw = sglang::Draw {
-            prompt: 6,
-            completion: 5,
-            start: 0,
-            convention: Convention::SuffixOnly,
-            seed: 9,
-        };
-        let shape = sglang::Shape {
-            layers: 2,
-            top_k: 4,
-            experts: 64,
-        };
-        let case = sglang::Case::new(Api::Generate, shape, vec![draw], false);
+        let draw = output(6, 5, 0, Convention::SuffixOnly, 9);
+        let case = Case::new(GENERATE, vec![draw], false);
         let err = verify_stitched(&case, &head_splice(&case)).unwrap_err();
         // 6 prompt rows, 4 after: the splice keeps 6 rows, [4, 10).
         assert_eq!(

@@ -229,14 +229,17 @@ fn shapes_of_fewer_dimensions_are_one_layer() {
 #[cfg(feature = "testing")]
 #[test]
 fn verify_stitched_names_a_zeroed_row() {
-    use pd_stitch::sim::Mode;
+    use pd_stitch::sim::Wire;
     use pd_stitch::testing::{cases, verify_stitched, Knobs};
     use proptest::strategy::ValueTree;
     use proptest::test_runner::TestRunner;
 
+    // A row of zeros is a finding only where top_k > 1 (a top-1 row may
+    // name expert 0).
     let knobs = Knobs {
-        modes: vec![Mode::Compact],
+        wires: vec![Wire::Compact],
         hostile: false,
+        top_k: 2..=64,
         ..Knobs::default()
     };
     let mut runner = TestRunner::deterministic();
@@ -256,7 +259,7 @@ fn verify_stitched_names_a_zeroed_row() {
         rows["data"] = serde_json::json!(support_base64_encode(&data));
         let start = rows["start"].as_u64().unwrap();
         let mismatch = verify_stitched(&case, &merged).expect_err("a zero row");
-        let [layers, top_k] = case.request().shape;
+        let [layers, top_k] = case.request().row_shape();
         assert_eq!(mismatch.position, Some(start));
         assert_eq!(
             mismatch.message,

@@ -806,7 +806,7 @@ fn prompt_row(row: &[i32], truth: &[i32], top_k: usize, experts: i32) -> PromptR
     }
 }
 
-/// Issue 36: the model's decode (`sglang::model::SlotPool`) answers the
+/// Issue 36: the model's decode (`sim::SlotPool`) answers the
 /// kinds of prompt rows SGLang 0.5.23's decode answered. The engine's
 /// answers are read first, and what they hold is the reference: sent no
 /// start, its 12 prompt rows were all zeros on a fresh server
@@ -825,8 +825,8 @@ fn prompt_row(row: &[i32], truth: &[i32], top_k: usize, experts: i32) -> PromptR
 #[cfg(feature = "verify")]
 #[test]
 fn the_models_decode_answers_the_prompt_rows_the_engine_did() {
-    use pd_stitch::algebra::Convention;
-    use pd_stitch::sglang::model::{Draw, Shape, SlotPool};
+    use pd_stitch::algebra::{Convention, Dtype};
+    use pd_stitch::sim::{Model, Request, SlotPool};
 
     let (layers, top_k, experts) = (3usize, 2usize, 8i32);
     let width = layers * top_k;
@@ -874,23 +874,25 @@ fn the_models_decode_answers_the_prompt_rows_the_engine_did() {
     );
 
     // The model, on the same geometry.
-    let shape = Shape {
+    let model = Model {
+        seed: 36,
         layers: layers as u64,
         top_k: top_k as u64,
         experts: experts as u64,
     };
-    let draw = Draw {
-        prompt: p as u64,
-        completion: n as u64,
-        start: 0,
-        convention: Convention::FullLength,
-        seed: 36,
+    let ids = |r: &Request, x: u64| -> Vec<i32> {
+        let row = r.true_ids(x, r.prefixes(0)[x as usize]);
+        row.into_iter().map(|id| id as i32).collect()
     };
-    let model_truth: Vec<Vec<i32>> = (0..draw.end()).map(|x| draw.truth_row(shape, x)).collect();
+    let tokens = |k: u64, len: u64| (0..len).map(|t| (t * 37 + k) % 512).collect();
+    let draw = Request::new(0, model, Dtype::Int32, tokens(36, p as u64), 1, n as u64)
+        .with_convention(Convention::FullLength);
+    let model_truth: Vec<Vec<i32>> = (0..draw.rows()).map(|x| ids(&draw, x)).collect();
     let rows =
         |ids: Vec<i32>| -> Vec<Vec<i32>> { ids.chunks(width).map(<[i32]>::to_vec).collect() };
 
-    let got = rows(SlotPool::new(shape, 2048).decode(&draw));
+    let int32 = |ids: Vec<u64>| -> Vec<i32> { ids.into_iter().map(|id| id as i32).collect() };
+    let got = rows(int32(SlotPool::new(2048).decode(&draw)));
     assert_eq!(got.len(), p + n - 1);
     assert_eq!(got[p..], model_truth[p..], "the model's own rows");
     assert_eq!(kinds(&got[..p], &model_truth[..p]), engine_fresh);
@@ -898,24 +900,28 @@ fn the_models_decode_answers_the_prompt_rows_the_engine_did() {
     // After the wrap: fillers of the simulator's lengths, sent the prompt's
     // start as the router sends it (their prompt slots are taken, not
     // written), the rows their forwards computed recorded from the truth.
-    let mut pool = SlotPool::new(shape, 2048);
+    let mut pool = SlotPool::new(2048);
     let mut computed = std::collections::BTreeSet::new();
     let (mut slots, mut k) = (0u64, 0u64);
     while slots < 18_000 {
         let prompt = 1 + (k * 37) % 160;
-        let filler = Draw {
-            prompt,
-            completion: 1 + (k * 53) % 96,
-            start: prompt,
-            convention: Convention::FullLength,
-            seed: 1000 + k,
-        };
+        let completion = 1 + (k * 53) % 96;
+        let filler = Request::new(
+            0,
+            model,
+            Dtype::Int32,
+            tokens(1000 + k, prompt),
+            1,
+            completion,
+        )
+        .starting_at(prompt)
+        .with_convention(Convention::FullLength);
         pool.decode(&filler);
-        computed.extend((prompt..filler.end()).map(|x| filler.truth_row(shape, x)));
-        slots += filler.end();
+        computed.extend((prompt..filler.rows()).map(|x| ids(&filler, x)));
+        slots += filler.rows();
         k += 1;
     }
-    let got = rows(pool.decode(&draw));
+    let got = rows(int32(pool.decode(&draw)));
     assert_eq!(
         got[p..],
         model_truth[p..],

@@ -5,7 +5,7 @@
 //! byte at a time).
 
 use pd_stitch::stream::StreamStitcher;
-use pd_stitch::testing::stream::{events, streams, verify_streamed, Framing, StreamCase};
+use pd_stitch::testing::stream::{events, streams, verify_streamed, StreamCase, StreamStyle};
 use pd_stitch::testing::Knobs;
 use pd_stitch::{Error, ErrorDetail, ErrorKind, Stitch, Stitcher};
 use proptest::prelude::*;
@@ -16,7 +16,7 @@ pub(crate) fn knobs() -> Knobs {
         prompt: 1..=24,
         completion: 1..=16,
         choices: 1..=3,
-        ..Knobs::default()
+        ..Knobs::engine(pd_stitch::sim::Engine::Vllm)
     }
 }
 
@@ -72,7 +72,7 @@ proptest! {
     /// SL1: every split of the stream into chunks (sizes 1 to the whole)
     /// gives the same output; and one byte at a time too.
     #[test]
-    fn sl1_every_chunking_gives_the_same_output(case in streams(knobs(), Framing::default())) {
+    fn sl1_every_chunking_gives_the_same_output(case in streams(knobs(), StreamStyle::default())) {
         let expected = whole(&case);
         let (out, result) = run(&case.prefill_body, case.chunks());
         prop_assert_eq!(result, Ok(()));
@@ -86,7 +86,7 @@ proptest! {
     /// by the non-streaming bytes merge of that data (its line breaks read
     /// back as LF); the rows gathered back equal the colocated truth.
     #[test]
-    fn sl2_only_the_rows_events_data_changes(case in streams(knobs(), Framing::default())) {
+    fn sl2_only_the_rows_events_data_changes(case in streams(knobs(), StreamStyle::default())) {
         let out = whole(&case);
         let (want, want_loose) = events(&case.stream);
         let (got, got_loose) = events(&out);
@@ -118,7 +118,7 @@ proptest! {
     /// SL3: once a complete event has been fed (its blank line's first
     /// line-end byte), it has been emitted, with every event before it.
     #[test]
-    fn sl3_a_complete_event_has_been_emitted(case in streams(knobs(), Framing::default())) {
+    fn sl3_a_complete_event_has_been_emitted(case in streams(knobs(), StreamStyle::default())) {
         let out = whole(&case);
         let (want, _) = events(&case.stream);
         let (got, _) = events(&out);
@@ -140,7 +140,7 @@ proptest! {
     /// to the failing event gives, and every later call is refused.
     #[test]
     fn sl4_an_error_leaves_a_prefix(
-        case in streams(knobs(), Framing::default()),
+        case in streams(knobs(), StreamStyle::default()),
         fault in 0..3usize,
         pick in any::<prop::sample::Index>(),
     ) {
@@ -736,7 +736,7 @@ retry: 1\n\
 
 /// `n` streams drawn from `streams(knobs(), framing)` by proptest's
 /// deterministic runner.
-fn drawn(framing: Framing, n: usize) -> Vec<StreamCase> {
+fn drawn(framing: StreamStyle, n: usize) -> Vec<StreamCase> {
     use proptest::strategy::ValueTree;
     let mut runner = proptest::test_runner::TestRunner::deterministic();
     let strategy = streams(knobs(), framing);
@@ -762,7 +762,7 @@ fn has_rows(event: &pd_stitch::testing::stream::Event) -> bool {
 
 #[test]
 fn the_generated_streams_hold_every_framing_case_and_not_always() {
-    let cases = drawn(Framing::default(), 400);
+    let cases = drawn(StreamStyle::default(), 400);
     let share = |what: &str, test: &dyn Fn(&StreamCase) -> bool| {
         let n = cases.iter().filter(|c| test(c)).count();
         assert!(0 < n && n < cases.len(), "{what}: {n} of {}", cases.len());
@@ -829,7 +829,7 @@ fn the_generated_streams_hold_every_framing_case_and_not_always() {
 #[test]
 fn without_variants_a_stream_is_plain_data_lines() {
     for case in drawn(
-        Framing {
+        StreamStyle {
             line_ends: vec!["\n"],
             variants: false,
             tokens: 0,
@@ -867,7 +867,7 @@ proptest! {
     /// rows changed, a rows event's other lines changed, its data not JSON
     /// or without choices, and the decode's stream passed on unstitched.
     #[test]
-    fn verify_streamed_refuses_each_wrong_answer(case in streams(knobs(), Framing::default())) {
+    fn verify_streamed_refuses_each_wrong_answer(case in streams(knobs(), StreamStyle::default())) {
         let out = whole(&case);
         prop_assert!(verify_streamed(&case, &out).is_ok());
         let (got, _) = events(&out);

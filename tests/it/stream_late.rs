@@ -7,7 +7,7 @@
 
 use crate::stream::{faulted, knobs, Faulted};
 use pd_stitch::stream::StreamStitcher;
-use pd_stitch::testing::stream::{events, streams, Framing, StreamCase};
+use pd_stitch::testing::stream::{events, streams, StreamCase, StreamStyle};
 use pd_stitch::{Error, ErrorDetail, ErrorKind, Stitcher};
 use proptest::prelude::*;
 use serde_json::Value;
@@ -73,7 +73,7 @@ proptest! {
     /// stitcher given it first; before it comes, every event before the
     /// first rows event has gone out, and nothing from that event on.
     #[test]
-    fn sl5_the_prefill_may_come_at_any_point(case in streams(knobs(), Framing::default())) {
+    fn sl5_the_prefill_may_come_at_any_point(case in streams(knobs(), StreamStyle::default())) {
         let stitcher = Stitcher::new();
         let chunks = chunks_of(&case);
         let early = run(&stitcher, &case.prefill_body, &chunks, None);
@@ -99,7 +99,7 @@ proptest! {
     /// prefill comes, after the same bytes out.
     #[test]
     fn sl5_errors_do_not_depend_on_when_the_prefill_comes(
-        case in streams(knobs(), Framing::default()),
+        case in streams(knobs(), StreamStyle::default()),
         fault in 0..3usize,
         pick in any::<prop::sample::Index>(),
     ) {

@@ -491,7 +491,7 @@ fn the_engines_answers_read_at_their_positions() {
 #[test]
 fn the_simulator_answers_as_the_engine_does() {
     use pd_stitch::gather::{gather_from, Store};
-    use pd_stitch::sim::{Mode, Request};
+    use pd_stitch::sim::{answer, Request, Wire};
     // (start relative to the prompt's end, whether the rows reach P + N - 1)
     // of each role, read off one of the engine's answers and one of the
     // simulator's.
@@ -518,12 +518,9 @@ fn the_simulator_answers_as_the_engine_does() {
     let mut seen = 0;
     for index in 0..40 {
         let request = Request::draw(5, index);
-        let forms = request.write(&mut Store::memory()).expect("writes");
-        let (_, npy) = forms
-            .into_iter()
-            .find(|(mode, _)| *mode == Mode::Npy)
-            .expect("an npy form");
-        let p = request.prompt as i64;
+        let requests = std::slice::from_ref(&request);
+        let npy = answer(Wire::Npy, requests, false, None, &mut Store::memory()).expect("writes");
+        let p = request.prompt_len() as i64;
         let sim = [
             shape(&npy.colocated),
             shape(&npy.prefill),

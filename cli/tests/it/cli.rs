@@ -504,6 +504,78 @@ fn simulate_runs_and_says_so() {
     }
 }
 
+/// `simulate --engine dynamo`: the token API and `nvext`, every request
+/// right.
+#[test]
+fn simulate_dynamo_runs_and_says_so() {
+    let out = pd_stitch(&["simulate", "--engine", "dynamo", "--requests", "8"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.starts_with("8 Dynamo requests, "), "{text}");
+    for mode in ["token api", "openai nvext"] {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(mode) && l.matches("8/8").count() == 3),
+            "{mode}: {text}"
+        );
+    }
+    let out = pd_stitch(&["simulate", "--engine", "tgi"]);
+    assert_eq!(out.status.code(), Some(2), "a usage error");
+}
+
+/// `simulate --turns`: episodes through every engine's forms, full and
+/// delta, each right; the planted off-by-one found as boundaries, exit 1;
+/// `--delta` without `--turns` a usage error.
+#[test]
+fn simulate_turns_checks_episodes_and_finds_the_off_by_one() {
+    for delta in [&[][..], &["--delta"][..]] {
+        let mut args = vec!["simulate", "--turns", "3", "--requests", "4"];
+        args.extend_from_slice(delta);
+        let out = pd_stitch(&args);
+        assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+        let text = stdout(&out);
+        assert!(text.starts_with("4 episodes of 3 turns"), "{text}");
+        for mode in [
+            "by-handle",
+            "inline npy",
+            "generate",
+            "sgl_ext",
+            "openai nvext",
+        ] {
+            let line = text
+                .lines()
+                .find(|l| l.starts_with(mode))
+                .unwrap_or_default();
+            assert_eq!(line.matches("8/8").count(), 2, "{mode}: {text}");
+        }
+        assert!(text.contains("each found decode-sourced"), "{text}");
+    }
+    let out = pd_stitch(&[
+        "simulate",
+        "--turns",
+        "2",
+        "--requests",
+        "4",
+        "--off-by-one",
+        "--engine",
+        "vllm",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let text = stdout(&out);
+    assert!(text.contains("(delta requests from L, one late)"), "{text}");
+    let compact = text
+        .lines()
+        .find(|l| l.starts_with("inline compact"))
+        .unwrap_or_default();
+    assert!(
+        compact.contains(" 0/8 ") && compact.contains(" 8 "),
+        "{text}"
+    );
+    assert!(text.contains("WRONG: boundary 24"), "{text}");
+    let out = pd_stitch(&["simulate", "--delta"]);
+    assert_eq!(out.status.code(), Some(2), "a usage error");
+}
+
 /// `simulate --engine sglang`: both conventions, every request right, and
 /// with `--dir` the responses kept; `merge --row-shape` stitches what it
 /// wrote to the colocated answer, and without the shape an ambiguous pair

@@ -311,7 +311,7 @@ fn a_cut_one_early_is_a_boundary_difference() {
     let deploy = start(
         "short-prefill",
         Faults {
-            forms: Forms::One(pd_stitch::sim::Mode::Compact),
+            forms: Forms::One(pd_stitch::sim::Wire::Compact),
             prefill: Fault::ShortPrefill,
             ..Faults::default()
         },
@@ -353,7 +353,7 @@ fn zeroed_prompt_rows_are_found_by_the_rows_check() {
     let deploy = start(
         "zero-prompt",
         Faults {
-            forms: Forms::One(pd_stitch::sim::Mode::Compact),
+            forms: Forms::One(pd_stitch::sim::Wire::Compact),
             prefill: Fault::ZeroPrompt,
             ..Faults::default()
         },
@@ -391,7 +391,7 @@ fn one_layer_off_is_scattered() {
     let deploy = start(
         "scatter",
         Faults {
-            forms: Forms::One(pd_stitch::sim::Mode::Compact),
+            forms: Forms::One(pd_stitch::sim::Wire::Compact),
             decode: Fault::ScatterLayer,
             ..Faults::default()
         },
@@ -401,7 +401,7 @@ fn one_layer_off_is_scattered() {
     // A request that generates one token has no completion row to change.
     let index =
         |r: &Value| (r["episode"].as_u64().unwrap() * 2 + r["turn"].as_u64().unwrap()) as usize;
-    let rows_after_prompt = |r: &Value| Request::draw(SEED, index(r)).completion > 1;
+    let rows_after_prompt = |r: &Value| Request::draw(SEED, index(r)).completion_len() > 1;
     let noisy = requests(&report)
         .iter()
         .filter(|r| rows_after_prompt(r))

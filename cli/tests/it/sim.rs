@@ -4,8 +4,8 @@
 
 use std::process::Command;
 
-use pd_stitch::sim::{run, Config, Request};
-use pd_stitch::Error;
+use pd_stitch::sim::{run, Config, Engine, Request};
+use pd_stitch::{Error, Stitcher};
 use serde_json::Value;
 
 use crate::support;
@@ -21,21 +21,22 @@ fn write_the_readme_heatmap() {
     let index = (0..1000)
         .find(|&i| {
             let r = Request::draw(1, i);
-            r.choices == 1
-                && r.shape == [48, 8]
-                && (40..=100).contains(&r.prompt)
-                && r.completion >= 40
+            r.choices() == 1
+                && r.row_shape() == [48, 8]
+                && (40..=100).contains(&r.prompt_len())
+                && r.completion_len() >= 40
         })
         .unwrap();
     let dir = crate::repo("target/compare-demo");
     let _ = std::fs::remove_dir_all(&dir);
     let config = Config {
+        engine: Engine::Vllm,
         requests: index + 1,
         seed: 1,
         dir: dir.clone(),
         concurrency: 2,
     };
-    let broken = |p: &Value, d: &mut Value| -> Result<bool, Error> {
+    let broken = |_: &Stitcher, p: &Value, d: &mut Value| -> Result<bool, Error> {
         pd_stitch::merge_routed_experts_for_pd(&support::cut_one_early(p), d)
     };
     run(&config, &broken, &|_, _| {}).unwrap();
