@@ -229,14 +229,14 @@ fn setup(args: ProbeArgs) -> Result<Probe, String> {
 }
 
 /// What became of one request.
-struct Outcome {
+struct RequestOutcome {
     episode: usize,
     turn: usize,
     stream: bool,
-    result: Result<Compared, String>,
+    result: Result<PairComparison, String>,
 }
 
-impl Outcome {
+impl RequestOutcome {
     fn name(&self) -> String {
         name(self.episode, self.turn, self.stream)
     }
@@ -248,8 +248,9 @@ fn name(episode: usize, turn: usize, stream: bool) -> String {
     format!("e{episode:04}-t{turn}-{mode}")
 }
 
-/// One request's comparison.
-struct Compared {
+/// One request's two answers (colocated and P/D) compared, and each
+/// side's rows checked.
+struct PairComparison {
     prompt_len: u64,
     choices: Vec<ChoiceOutcome>,
     /// The rows check of the colocated answer, then of the P/D one.
@@ -263,7 +264,7 @@ struct ChoiceOutcome {
     classes: Classes,
 }
 
-impl Compared {
+impl PairComparison {
     fn differs(&self) -> bool {
         self.choices.iter().any(|c| !c.classes.is_empty())
     }
@@ -317,7 +318,7 @@ impl Probe {
         stream: bool,
         done: &AtomicUsize,
         progress: &Progress,
-    ) -> Vec<Outcome> {
+    ) -> Vec<RequestOutcome> {
         let mut prompt = self.prompts.get(episode).cloned().unwrap_or_default();
         let mut rng = prompts::Rng(self.seed ^ (episode as u64).wrapping_mul(0x9e37_79b9));
         // Where each earlier turn's prompt and completion ended.
@@ -340,7 +341,7 @@ impl Probe {
                 }
                 Err(_) => failed = failed.or(Some(turn)),
             }
-            outcomes.push(Outcome {
+            outcomes.push(RequestOutcome {
                 episode,
                 turn,
                 stream,
@@ -360,7 +361,7 @@ impl Probe {
         stream: bool,
         prompt: &[u64],
         earlier: &[u64],
-    ) -> Result<(Compared, Answer), String> {
+    ) -> Result<(PairComparison, Answer), String> {
         // The request id names the turn for the logs (and for the mock
         // backends, which answer by the number in it).
         let index = episode * self.turns + turn;
@@ -443,7 +444,7 @@ impl Probe {
         b: &Answer,
         prompt_len: u64,
         earlier: &[u64],
-    ) -> Result<Compared, String> {
+    ) -> Result<PairComparison, String> {
         let options = compare::Options {
             prompt_len: Some(prompt_len),
             row_shape: self.row_shape,
@@ -476,7 +477,7 @@ impl Probe {
         let rows = [a, b].map(|answer| {
             gather::check_response_rows(&answer.response, &self.store, self.row_shape, self.rows)
         });
-        Ok(Compared {
+        Ok(PairComparison {
             prompt_len,
             choices,
             rows,
@@ -484,8 +485,8 @@ impl Probe {
     }
 
     /// Prints the report; the exit status.
-    fn report(&self, outcomes: &[Outcome], elapsed: Duration) -> u8 {
-        let mut totals = Totals::new();
+    fn report(&self, outcomes: &[RequestOutcome], elapsed: Duration) -> u8 {
+        let mut totals = RequestCounts::new();
         for outcome in outcomes {
             totals.add(outcome);
         }
@@ -536,8 +537,9 @@ impl Probe {
     }
 }
 
-/// The counts of a run.
-struct Totals {
+/// The requests of a run counted by what became of them, and the rows
+/// check's findings summed per side.
+struct RequestCounts {
     equal: usize,
     different: usize,
     wrong_rows: usize,
@@ -547,9 +549,9 @@ struct Totals {
     rows: [[(&'static str, u64); 4]; 2],
 }
 
-impl Totals {
-    fn new() -> Totals {
-        Totals {
+impl RequestCounts {
+    fn new() -> RequestCounts {
+        RequestCounts {
             equal: 0,
             different: 0,
             wrong_rows: 0,
@@ -565,7 +567,7 @@ impl Totals {
         }
     }
 
-    fn add(&mut self, outcome: &Outcome) {
+    fn add(&mut self, outcome: &RequestOutcome) {
         let compared = match &outcome.result {
             Ok(compared) => compared,
             Err(_) => {
@@ -643,7 +645,7 @@ fn summary(counts: &[(&str, u64); 4]) -> String {
 }
 
 /// One request's line.
-fn outcome_line(outcome: &Outcome) -> String {
+fn outcome_line(outcome: &RequestOutcome) -> String {
     let name = outcome.name();
     let compared = match &outcome.result {
         Ok(compared) => compared,
@@ -690,7 +692,7 @@ fn outcome_line(outcome: &Outcome) -> String {
     format!("{name:<20}  {status:<10}  {rows:>9}  {fraction:>15}  {details}")
 }
 
-fn outcome_json(outcome: &Outcome) -> Value {
+fn outcome_json(outcome: &RequestOutcome) -> Value {
     let base = json!({
         "request": outcome.name(),
         "episode": outcome.episode,
