@@ -103,8 +103,9 @@ impl Engine {
     }
 
     /// The body of a full-context forward: `tokens` (a whole episode) as
-    /// one prompt, one token generated greedily, and a `cache_salt` of its
-    /// own, so that no block of the prompt is a prefix-cache hit. Both
+    /// one prompt, one token generated greedily, rows asked from 0, and a
+    /// `cache_salt` of its own, so that no block of the prompt is a
+    /// prefix-cache hit. Both
     /// engines return a cached block's rows as they were stored when it was
     /// first computed (vLLM's aux-output store, SGLang's slots of the radix
     /// cache): unsalted, the forward would hand the episode its own rows
@@ -116,7 +117,7 @@ impl Engine {
             temperature: 0.0,
             seed: 0,
         };
-        let mut body = self.body(id, tokens, greedy, stream, None);
+        let mut body = self.body(id, tokens, greedy, stream, Some(0));
         body["cache_salt"] = json!(salt);
         body
     }
@@ -441,13 +442,14 @@ mod tests {
         assert_eq!(
             vllm,
             json!({"request_id": "f", "token_ids": [1, 2, 3, 4], "stream": true, "cache_salt": "s1",
-                   "sampling_params": {"max_tokens": 1, "n": 1, "temperature": 0.0, "seed": 0}})
+                   "sampling_params": {"max_tokens": 1, "n": 1, "temperature": 0.0, "seed": 0,
+                                       "routed_experts_prompt_start": 0}})
         );
         let sglang = Engine::Sglang.full_context_body("f", &[1, 2], false, "s2");
         assert_eq!(
             sglang,
             json!({"rid": "f", "input_ids": [1, 2], "stream": false, "cache_salt": "s2",
-                   "return_routed_experts": true,
+                   "return_routed_experts": true, "routed_experts_start_len": 0,
                    "sampling_params": {"max_new_tokens": 1, "n": 1, "temperature": 0.0, "sampling_seed": 0}})
         );
     }

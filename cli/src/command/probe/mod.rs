@@ -321,19 +321,20 @@ struct EpisodeCheck {
 }
 
 /// One turn as sent and answered: the prompt, the start asked, and per
-/// side (colocated, P/D) choice 0's generated tokens and, with
-/// --full-context, its rows.
+/// side (colocated, P/D) choice 0's generated tokens (`None` where the
+/// answer does not say them) and, with --full-context, its rows.
 struct SentTurn {
     prompt: Vec<u64>,
     start: Option<u64>,
-    completions: [Vec<u64>; 2],
+    completions: [Option<Vec<u64>>; 2],
     rows: [Result<RowPiece, String>; 2],
 }
 
 impl SentTurn {
-    /// Choice 0's generated tokens on `side` (0 colocated, 1 P/D).
+    /// Choice 0's generated tokens on `side` (0 colocated, 1 P/D), none
+    /// where the answer does not say them.
     fn completion(&self, side: usize) -> &[u64] {
-        &self.completions[side]
+        self.completions[side].as_deref().unwrap_or_default()
     }
 }
 
@@ -422,12 +423,16 @@ impl Probe {
         let mut failed = None;
         for turn in 0..self.turns {
             // The tokens the turn before ended with: its prompt and its
-            // completion, all repeated at the head of this prompt.
+            // completion, all repeated at the head of this prompt. With
+            // --full-context a full turn says its start too (0, the
+            // engines' default), so that the start its rows are held to
+            // is the one on the wire.
             let start = match sent.last() {
                 Some(before) if self.delta => {
                     let common = before.prompt.len() + before.completion(0).len();
                     Some((common as u64).saturating_sub(1))
                 }
+                _ if self.full_context => Some(0),
                 _ => None,
             };
             let result = match failed {
@@ -535,7 +540,7 @@ impl Probe {
     fn sent_turn(&self, prompt: &[u64], start: Option<u64>, answers: &[Answer; 2]) -> SentTurn {
         let completions = answers
             .each_ref()
-            .map(|answer| answer.tokens.first().cloned().flatten().unwrap_or_default());
+            .map(|answer| answer.tokens.first().cloned().flatten());
         let rows = answers.each_ref().map(|answer| {
             if self.full_context {
                 full_context::turn_rows(&answer.response, &self.store, self.row_shape)
@@ -561,6 +566,17 @@ impl Probe {
         sent: &[SentTurn],
     ) -> Result<EpisodeCheck, String> {
         let last = sent.last().ok_or("no turn was sent")?;
+        // The episode is made of the tokens each side generated: an answer
+        // that does not say them cannot be placed.
+        for (turn, sent) in sent.iter().enumerate() {
+            for (tokens, side) in sent.completions.iter().zip(SIDES) {
+                if tokens.is_none() {
+                    return Err(format!(
+                        "{side}: turn {turn}'s answer does not say which tokens choice 0 generated, which its episode needs"
+                    ));
+                }
+            }
+        }
         let mut tokens = last.prompt.clone();
         tokens.extend_from_slice(last.completion(0));
         let len = tokens.len() as u64;
