@@ -34,6 +34,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod episode;
+
 use base64::Engine as _;
 use serde_json::{Map, Value};
 
