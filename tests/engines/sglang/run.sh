@@ -228,7 +228,8 @@ if [[ "${SGLANG_SAVE_EPISODE:-}" == 1 ]]; then
     for spec in "episode" "episode-decode-flip --from-probe 9:11"; do
         read -r dir extra <<< "$spec"
         say "saving a three-turn episode into tests/fixtures/engines/sglang/$dir"
-        rm -rf "$root/tests/fixtures/engines/sglang/$dir"
+        # The answers go, the README stays.
+        rm -rf "$root/tests/fixtures/engines/sglang/$dir"/{t0,t1,t2,*.json}
         # shellcheck disable=SC2086 # extra is a list of words on purpose
         "$py" -B "$here/save_episode.py" --colocated "http://127.0.0.1:$port_colo" \
             --prefill "http://127.0.0.1:$port_prefill" --decode "http://127.0.0.1:$port_decode" \

