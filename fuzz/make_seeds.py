@@ -16,6 +16,12 @@ inputs that reach deep into the merge instead of rediscovering the format:
   `/generate` pairs, a batch among them, Dynamo 1.6.1's compact rows per
   choice and at `nvext`), byte for byte as the servers sent them, and their
   decode streams for stream_stitch;
+- for the episode target (fuzz_targets/episode.rs, its input format in
+  fuzz/src/episode.rs): the real engines' three-turn episodes,
+  tests/fixtures/engines/{vllm,sglang}/episode*/, as colocated, stitched
+  and P/D-pair turns, full and delta, byte for byte, and mutated (a delta
+  start one late, turns out of order, Prefer::Latest, a turn repeated, a
+  decode's rows cut), and a few raw pieces of other dtypes;
 - optionally, pairs rebuilt from a simulator run's merged responses: the
   prefill's segments or rows split off, and the decode given back its row for
   the last prompt position, as a decode instance writes it.
@@ -46,6 +52,9 @@ SGLANG = "sglang_merge"
 # two hand-written seeds stay; the engines' streams are written beside them
 # (names starting "engine-").
 STREAM = "stream_stitch"
+# The episode target: turns separated by NUL, each a JSON header and its
+# pieces, each after a 0x01 byte (fuzz/src/episode.rs).
+EPISODE = "episode"
 ENGINES = ROOT / "tests" / "fixtures" / "engines"
 # The simulator's requests with the smallest responses of `--seed 11`.
 SIM_REQUESTS = ["req-0006", "req-0017", "req-0019"]
@@ -53,7 +62,7 @@ ITEMSIZE = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2,
             "float16": 2, "bfloat16": 2, "int32": 4, "uint32": 4,
             "float32": 4, "int64": 8, "uint64": 8, "float64": 8}
 
-seeds = {BY_HANDLE: {}, INLINE: {}, FOR_PD: {}, BYTES: {}, STREAM: {}}
+seeds = {BY_HANDLE: {}, INLINE: {}, FOR_PD: {}, BYTES: {}, STREAM: {}, EPISODE: {}}
 
 
 def minify(value):
@@ -308,8 +317,88 @@ def engine_pairs():
             read("openai-prefill").rstrip() + b"\0" + (folder / "openai-stream.sse").read_bytes())
 
 
+def episode_turn(header, pieces):
+    """One turn of the episode target: its header, then each piece after 0x01."""
+    return minify(header) + b"".join(b"\x01" + piece.rstrip() for piece in pieces)
+
+
+def episode_seed(turns):
+    return b"\x00".join(turns)
+
+
+def episode_seeds():
+    """The engines' episodes (tests/fixtures/engines/*/episode*/) as the
+    episode target reads them: every turn from the colocated answers, the
+    stitched ones, or the P/D pair's two; full or delta; then mutated."""
+    for engine, folder, shape in [("vllm", "episode", None), ("sglang", "episode", [3, 2]),
+                                  ("sglang", "episode-decode-flip", [3, 2])]:
+        root = ENGINES / engine / folder
+
+        def turn(t, delta, side, start=None):
+            prefix = "delta-" if delta and t > 0 else ""
+            read = lambda name: (root / f"t{t}" / f"{prefix}{name}.json").read_bytes()  # noqa: E731
+            request = json.loads(read("request"))
+            colocated = json.loads(read("colocated"))
+            prompt = request.get("token_ids") or request.get("input_ids")
+            completion = (colocated.get("choices") or [{}])[0].get("token_ids") or colocated.get("output_ids")
+            asked = request.get("sampling_params", {}).get("routed_experts_prompt_start",
+                                                           request.get("routed_experts_start_len"))
+            header = {"prompt": prompt, "completion": completion,
+                      "start": asked if start is None else start}
+            if shape:
+                header["row_shape"] = shape
+            pieces = [read("prefill"), read("decode")] if side == "pair" else [read(side)]
+            return header, pieces
+
+        name = f"engine-{engine}-{folder}"
+        for side in ["colocated", "stitched", "pair"]:
+            for delta in [False, True]:
+                turns = [episode_turn(*turn(t, delta, side)) for t in range(3)]
+                seeds[EPISODE][f"{name}-{side}-{'delta' if delta else 'full'}"] = episode_seed(turns)
+        # Mutations of the delta stitched episode.
+        t0, t1, t2 = (turn(t, True, "stitched") for t in range(3))
+        late = dict(t1[0], start=t1[0]["start"] + 1)
+        seeds[EPISODE][f"{name}-delta-start-late"] = episode_seed(
+            [episode_turn(*t0), episode_turn(late, t1[1]), episode_turn(*t2)])
+        seeds[EPISODE][f"{name}-out-of-order"] = episode_seed(
+            [episode_turn(*t1), episode_turn(*t0), episode_turn(*t2)])
+        seeds[EPISODE][f"{name}-latest"] = episode_seed(
+            [episode_turn(dict(t0[0], prefer="latest"), t0[1]), episode_turn(*t1), episode_turn(*t2)])
+        seeds[EPISODE][f"{name}-repeated"] = episode_seed(
+            [episode_turn(*t0), episode_turn(*t0), episode_turn(*t1), episode_turn(*t1)])
+        # A P/D pair whose decode lost its last row: the counts no longer fit.
+        header, (prefill, decode) = turn(1, True, "pair")
+        cut = json.loads(decode)
+        if engine == "sglang":
+            rows = base64.b64decode(cut["meta_info"]["routed_experts"])
+            cut["meta_info"]["routed_experts"] = base64.b64encode(rows[:-24]).decode()
+        else:
+            cut["choices"][0]["token_ids"] = cut["choices"][0]["token_ids"][:-1]
+        seeds[EPISODE][f"{name}-decode-cut"] = episode_seed(
+            [episode_turn(*t0), episode_turn(header, [prefill, minify(cut)])])
+    # Raw pieces: a dtype (an index of pd_stitch's Dtype::ALL), a row shape,
+    # the rows' bytes, and a first position or none.
+    def raw(dtype, rows, first=None):
+        piece = {"dtype": dtype, "shape": [1, 1], "bytes": rows}
+        if first is not None:
+            piece["first"] = first
+        return minify({"raw": piece})
+    uint8, uint16, int32, float32 = 2, 4, 7, 9
+    one = {"prompt": [1, 2], "completion": [3]}
+    two = {"prompt": [1, 2, 3, 4], "completion": [5, 6], "start": 2}
+    seeds[EPISODE]["raw-widen"] = episode_seed([
+        episode_turn(one, [raw(uint8, [7, 8])]),
+        episode_turn(two, [raw(uint16, [1, 0, 2, 0, 3, 0])])])
+    seeds[EPISODE]["raw-int-float"] = episode_seed([
+        episode_turn(one, [raw(int32, [7, 0, 0, 0, 8, 0, 0, 0])]),
+        episode_turn(two, [raw(float32, [0] * 12)])])
+    seeds[EPISODE]["raw-pair-first"] = episode_seed([
+        episode_turn(one, [raw(uint8, [7], 0), raw(uint8, [8, 9], 1)])])
+
+
 def main():
     engine_pairs()
+    episode_seeds()
     sglang_pairs()
     committed_pairs()
     npy_pairs()

@@ -34,6 +34,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod episode;
+
 use base64::Engine as _;
 use pd_stitch::places::{self, Holder, Holds, Place, RowsKind};
 use serde_json::{Map, Value};

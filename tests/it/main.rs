@@ -24,6 +24,8 @@ mod compare;
 mod confinement;
 mod defaults;
 mod dynamo;
+#[cfg(feature = "verify")]
+mod engine_episodes;
 mod episode;
 mod exhaustive;
 mod in_place;

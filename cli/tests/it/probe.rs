@@ -26,6 +26,8 @@ struct Deploy {
     colocated: String,
     pd: String,
     dir: PathBuf,
+    /// The colocated mock, which keeps every body it was sent.
+    colocated_mock: Arc<Mock>,
     /// Keeps the servers running.
     _runtime: tokio::runtime::Runtime,
 }
@@ -78,12 +80,13 @@ fn start(name: &str, faults: Faults) -> Deploy {
         .enable_all()
         .build()
         .expect("a runtime");
-    let (colocated, pd) = runtime.block_on(async {
+    let (colocated, pd, colocated_mock) = runtime.block_on(async {
         let deployment = Arc::new(
             Deployment::new(SEED, faults.forms, dir.clone())
                 .with_sglang(SGLANG_SHAPE, Convention::FullLength),
         );
         let mut addrs: Vec<SocketAddr> = Vec::new();
+        let mut mocks: Vec<Arc<Mock>> = Vec::new();
         for (role, fault) in [
             (Role::Colocated, faults.colocated),
             (Role::Prefill, faults.prefill),
@@ -94,6 +97,7 @@ fn start(name: &str, faults: Faults) -> Deploy {
                 .await
                 .expect("bind");
             addrs.push(listener.local_addr().expect("address"));
+            mocks.push(mock.clone());
             tokio::spawn(mock_backend::serve(listener, mock_backend::app(mock)));
         }
         let config = pd_router::Config {
@@ -124,12 +128,17 @@ fn start(name: &str, faults: Faults) -> Deploy {
         } else {
             router
         };
-        (format!("http://{}", addrs[0]), format!("http://{pd}"))
+        (
+            format!("http://{}", addrs[0]),
+            format!("http://{pd}"),
+            mocks.swap_remove(0),
+        )
     });
     Deploy {
         colocated,
         pd,
         dir,
+        colocated_mock,
         _runtime: runtime,
     }
 }
@@ -490,5 +499,224 @@ fn failed_requests_are_errors_and_the_run_goes_on() {
             "{name}: {all}"
         );
         assert!(elapsed < Duration::from_secs(15), "{name}: {elapsed:?}");
+    }
+}
+
+/// The bodies the colocated mock was sent, in order.
+fn seen(deploy: &Deploy) -> Vec<Value> {
+    deploy
+        .colocated_mock
+        .seen
+        .lock()
+        .map(|seen| seen.clone())
+        .unwrap_or_default()
+}
+
+/// A body's prompt token ids (vLLM's `token_ids`, SGLang's `input_ids`).
+fn prompt_ids(body: &Value) -> Vec<u64> {
+    body.get("token_ids")
+        .or_else(|| body.get("input_ids"))
+        .and_then(Value::as_array)
+        .map(|ids| ids.iter().filter_map(Value::as_u64).collect())
+        .unwrap_or_default()
+}
+
+/// Runs `probe --json` with `args` and `--full-context`, and holds it to
+/// a passing check: exit status 0, nothing prefill-sourced differing,
+/// nothing refused, every side of every episode compared at each of its
+/// positions with a row. The report.
+fn passes_full_context(deploy: &Deploy, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.push("--full-context");
+    let (code, report) = deploy.probe_json(&all);
+    assert_eq!(code, Some(0), "{args:?}: {report}");
+    let total = &report["full_context"]["total"];
+    assert_eq!(total["passes"], true, "{args:?}: {total}");
+    for class in [
+        "boundary",
+        "scattered",
+        "refused",
+        "diverged",
+        "failed",
+        "errors",
+    ] {
+        assert_eq!(total[class], 0, "{args:?}: {class}: {total}");
+    }
+    let episodes = report["full_context"]["episodes"]
+        .as_array()
+        .expect("episodes");
+    let mut compared = 0;
+    for episode in episodes {
+        let tokens = episode["tokens"].as_u64().expect("tokens");
+        for side in ["colocated", "pd"] {
+            assert_eq!(episode[side]["status"], "passed", "{episode}");
+            assert_eq!(episode[side]["compared"], tokens - 1, "{episode}");
+            compared += tokens - 1;
+        }
+    }
+    assert_eq!(total["compared"], compared);
+    assert_eq!(total["sides"], 2 * episodes.len());
+    report
+}
+
+/// One-turn SGLang episodes held to their full-context forward, whole and
+/// streamed: the mocks answer the forward of the turn's whole sequence
+/// with the turn's own prompt rows, so nothing prefill-sourced differs (the
+/// forward computes the completion's positions as prompt, so decode-sourced
+/// differences are whatever the mocks make them, and not held here). The
+/// forward goes to the colocated server alone: the turn's prompt and
+/// completion, one token, greedy, rows from 0, a cache_salt of its own;
+/// the turns say their start, 0.
+#[test]
+fn one_turn_episodes_hold_to_their_full_context_forward() {
+    let deploy = start("full-context", Faults::default());
+    let report = passes_full_context(
+        &deploy,
+        &[
+            "--engine",
+            "sglang",
+            "--row-shape",
+            "8x4",
+            "--requests",
+            "4",
+            "--turns",
+            "1",
+            "--stream",
+            "both",
+        ],
+    );
+    assert_eq!(
+        report["full_context"]["episodes"].as_array().map(Vec::len),
+        Some(8)
+    );
+    // Per episode and mode: the turn's body, then the forward's.
+    let bodies = seen(&deploy);
+    assert_eq!(bodies.len(), 16);
+    for pair in bodies.chunks(2) {
+        let (turn, forward) = (&pair[0], &pair[1]);
+        assert_eq!(turn.get("cache_salt"), None, "{turn}");
+        assert_eq!(turn["routed_experts_start_len"], 0, "{turn}");
+        let (prompt, all) = (prompt_ids(turn), prompt_ids(forward));
+        assert!(
+            all.len() > prompt.len() && all.starts_with(&prompt),
+            "{forward}"
+        );
+        assert_eq!(forward["sampling_params"]["max_new_tokens"], 1, "{forward}");
+        assert_eq!(forward["sampling_params"]["temperature"], 0.0, "{forward}");
+        assert_eq!(forward["routed_experts_start_len"], 0, "{forward}");
+        assert_eq!(forward["stream"], turn["stream"], "{forward}");
+    }
+    let salts: std::collections::HashSet<&Value> = bodies
+        .iter()
+        .skip(1)
+        .step_by(2)
+        .map(|f| &f["cache_salt"])
+        .collect();
+    assert_eq!(salts.len(), 8, "each forward has a salt of its own");
+}
+
+/// --delta asks every turn after the first from its common prefix with the
+/// turn before minus one: SGLang's `routed_experts_start_len` at the body's
+/// top level, the same body to both deployments; and the check assembles
+/// the delta turns without refusing one (the SGLang mocks answer from the
+/// start they are sent). Whether the rows then agree with the forward is
+/// the mocks' model's, not held here.
+#[test]
+fn delta_turns_ask_from_the_common_prefix_minus_one() {
+    let deploy = start("full-context-delta", Faults::default());
+    let (code, report) = deploy.probe_json(&[
+        "--engine",
+        "sglang",
+        "--row-shape",
+        "8x4",
+        "--requests",
+        "2",
+        "--turns",
+        "3",
+        "--full-context",
+        "--delta",
+    ]);
+    assert_ne!(code, Some(2), "{report}");
+    assert_eq!(report["delta"], true);
+    let bodies: Vec<Value> = seen(&deploy);
+    let turns: Vec<&Value> = bodies
+        .iter()
+        .filter(|b| b.get("cache_salt").is_none())
+        .collect();
+    assert_eq!((bodies.len(), turns.len()), (8, 6));
+    for episode in turns.chunks(3) {
+        assert_eq!(episode[0]["routed_experts_start_len"], 0);
+        for pair in episode.windows(2) {
+            let (before, after) = (prompt_ids(pair[0]), prompt_ids(pair[1]));
+            // The turn before's prompt, its completion, 4 new tokens.
+            let common = after.len() as u64 - 4;
+            assert!(after.starts_with(&before) && common > before.len() as u64);
+            assert_eq!(
+                pair[1]["routed_experts_start_len"],
+                common - 1,
+                "{}",
+                pair[1]
+            );
+        }
+    }
+    for episode in report["full_context"]["episodes"]
+        .as_array()
+        .expect("episodes")
+    {
+        for side in ["colocated", "pd"] {
+            assert_eq!(episode[side]["refused"], Value::Null, "{episode}");
+        }
+    }
+}
+
+/// What the mocks cannot show yet: that every engine's multi-turn
+/// episodes, full and delta, whole and streamed, pass the check, and that
+/// a stitch cut one position early fails it on vLLM. The mocks answer a
+/// request's rows as a function of the request's index, not of its token
+/// prefix, their vLLM answers ignore `routed_experts_prompt_start` and do
+/// not always say their tokens, and the SGLang ones omit a prefix unless
+/// told a start; the one simulator (rows a function of the token prefix,
+/// delta starts answered) makes them answer as the engines do.
+#[test]
+#[ignore = "needs the mocks of the one simulator (rows of the token prefix, delta starts answered)"]
+fn multi_turn_episodes_hold_to_their_full_context_forward() {
+    let deploy = start("full-context-turns", Faults::default());
+    let engines: [&[&str]; 2] = [
+        &["--engine", "vllm"],
+        &["--engine", "sglang", "--row-shape", "8x4"],
+    ];
+    for engine in engines {
+        for delta in [&[][..], &["--delta"][..]] {
+            let mut args = engine.to_vec();
+            args.extend(["--requests", "6", "--turns", "3", "--stream", "both"]);
+            args.extend(delta);
+            let report = passes_full_context(&deploy, &args);
+            let total = &report["full_context"]["total"];
+            assert_eq!(total["sides"], 24, "{total}");
+            if delta.is_empty() {
+                assert!(total["overlaps"]["compared"].as_u64() > Some(0), "{total}");
+            } else {
+                assert_eq!(total["overlaps"]["compared"], 0, "{total}");
+            }
+        }
+    }
+    // A stitch cut one position early: the P/D side's last prompt row of
+    // every turn is the decode's own, a prefill-sourced difference.
+    let deploy = start(
+        "full-context-short",
+        Faults {
+            forms: Forms::One(pd_stitch::sim::Wire::Compact),
+            prefill: Fault::ShortPrefill,
+            ..Faults::default()
+        },
+    );
+    let (code, report) = deploy.probe_json(&["--requests", "3", "--turns", "3", "--full-context"]);
+    assert_eq!(code, Some(1), "{report}");
+    for episode in report["full_context"]["episodes"]
+        .as_array()
+        .expect("episodes")
+    {
+        assert_eq!(episode["colocated"]["status"], "passed", "{episode}");
+        assert_eq!(episode["pd"]["status"], "failed", "{episode}");
     }
 }

@@ -11,6 +11,8 @@
 #   SGLANG_WRITE_FIXTURES=1  also write the saved answers into
 #                         tests/fixtures/engines/sglang/ (else only under
 #                         target/engines/sglang/answers/)
+#   SGLANG_SAVE_EPISODE=1 also rewrite the three-turn episodes of
+#                         tests/fixtures/engines/sglang/episode*/ (save_episode.py)
 #   SGLANG_HEALTH_TIMEOUT seconds a server may take to become healthy (300)
 #   SGLANG_SKIP_BUILD=1   use the router and CLI already built
 #   SGLANG_HOLD=1         start everything, write the URLs to
@@ -220,6 +222,22 @@ if [[ "${SGLANG_HOLD:-}" == 1 ]]; then
     while sleep 5; do :; done
 fi
 
+if [[ "${SGLANG_SAVE_EPISODE:-}" == 1 ]]; then
+    # A fresh episode, and probe's episode 11 of --seed 9 (its decode rows
+    # differ from a fresh prefill's at one position: see the fixtures' README).
+    for spec in "episode" "episode-decode-flip --from-probe 9:11"; do
+        read -r dir extra <<< "$spec"
+        say "saving a three-turn episode into tests/fixtures/engines/sglang/$dir"
+        # The answers go, the README stays.
+        rm -rf "$root/tests/fixtures/engines/sglang/$dir"/{t0,t1,t2,*.json}
+        # shellcheck disable=SC2086 # extra is a list of words on purpose
+        "$py" -B "$here/save_episode.py" --colocated "http://127.0.0.1:$port_colo" \
+            --prefill "http://127.0.0.1:$port_prefill" --decode "http://127.0.0.1:$port_decode" \
+            --router "http://127.0.0.1:$port_router" --bootstrap-port "$port_boot" \
+            --out "$root/tests/fixtures/engines/sglang/$dir" $extra
+    done
+fi
+
 say "drive.py"
 fixture_args=()
 [[ "${SGLANG_WRITE_FIXTURES:-}" == 1 ]] && fixture_args=(--fixtures "$root/tests/fixtures/engines/sglang")
@@ -248,4 +266,36 @@ say "pd-stitch probe"
 "$cli_bin" probe --engine sglang --colocated "http://127.0.0.1:$port_colo" --pd "http://127.0.0.1:$port_router" \
     --config "$model/config.json" --row-shape 3x2 --requests 16 --prompt-len 2..230 --max-tokens 8 \
     --turns 1 --stream both --concurrency 1 --timeout 120 --quiet
+
+# The full-context check (issue 43): three-turn episodes, each assembled
+# (pd_stitch::episode) from the colocated answers and from the router's, and
+# held to the forward of its whole token sequence as one prompt to the
+# colocated server (one token, its own cache_salt), position by position;
+# every turn asked in full, then every turn after the first as a delta
+# (routed_experts_start_len = L - 1). A boundary or prefill-sourced
+# difference, a refused turn or an error fails the step; decode-sourced
+# differences are counted and printed (--seed 9's episode 11 has one: the
+# decode's row of a completion position differs from a fresh prefill's in
+# one layer). The requests' own comparison may show that position as
+# scattered noise between the two deployments (the P/D prefill recomputes it
+# over its radix-cached prefix, as the decode did, where the colocated
+# server computes the whole prompt), as the one-turn run above explains, so
+# its line is held to no other class. Twelve episodes a run, streamed and
+# not: well under a minute each here.
+full_context() { # label probe-args...
+    local label=$1 file="$out/probe-full-context-$1.txt" started=$SECONDS
+    shift
+    "$cli_bin" probe --engine sglang --colocated "http://127.0.0.1:$port_colo" --pd "http://127.0.0.1:$port_router" \
+        --config "$model/config.json" --row-shape 3x2 --requests 12 --seed 9 --prompt-len 2..230 --max-tokens 8 \
+        --turns 3 --full-context "$@" --stream both --concurrency 1 --timeout 120 --quiet > "$file" || true
+    cat "$file"
+    say "probe --full-context ($label) took $((SECONDS - started)) s; decode-sourced differences: $(sed -n 's/^full context.* decode-sourced \([0-9]*\),.*/\1/p' "$file")"
+    grep -q ' 0 with wrong rows, 0 error(s); boundary 0, whole-rows 0, scattered [0-9]*, missing 0, diverged 0;' "$file" \
+        || { echo "== sglang: probe --full-context ($label): a request's difference other than scattered noise, a wrong row or an error" >&2; exit 1; }
+    grep -q '^full context.*, 0 failed, 0 error(s); [0-9]* position(s) compared: boundary 0, decode-sourced [0-9]*, scattered 0, refused 0, diverged 0;' "$file" \
+        || { echo "== sglang: probe --full-context ($label): a boundary or prefill-sourced difference, a refused turn or an error" >&2; exit 1; }
+}
+say "pd-stitch probe --full-context"
+full_context full
+full_context delta --delta
 say "passed"

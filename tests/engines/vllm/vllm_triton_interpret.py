@@ -16,6 +16,17 @@ before `vllm.triton_utils` reads it.
 
 It does nothing unless TRITON_INTERPRET=1 is set, so the venv's Python
 behaves as usual otherwise.
+
+On a CPU with AMX it also asks Linux for the AMX tile state (arch_prctl
+ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA), which a process must ask for
+before its first AMX instruction. vLLM's CPU attention takes its AMX path
+for `bfloat16` and a block size of 32 (`_get_attn_isa` in
+`vllm/v1/attention/backends/cpu_attn.py`) without asking; PyTorch asks
+when its own AMX matmuls first run, which a long prompt's forward does
+first. So a server whose first request was a short prompt died of SIGILL
+in `cpu_attention_with_kv_cache` ("Fatal Python error: Illegal
+instruction", seen on this project's machine once it ran on a host with
+AMX), and one whose first prompt was long served everything after.
 """
 
 import importlib.abc
@@ -48,7 +59,29 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
+# x86-64 Linux: the arch_prctl system call, its request for a feature's
+# permission, and the AMX tile data feature.
+_SYS_ARCH_PRCTL = 158
+_ARCH_REQ_XCOMP_PERM = 0x1023
+_XFEATURE_XTILEDATA = 18
+
+
+def _ask_for_amx():
+    try:
+        with open("/proc/cpuinfo") as f:
+            if " amx_tile" not in f.read():
+                return
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).syscall(
+            _SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA
+        )
+    except (OSError, AttributeError):
+        pass
+
+
 if os.environ.get("TRITON_INTERPRET") == "1" and not any(
     isinstance(f, _Finder) for f in sys.meta_path
 ):
     sys.meta_path.insert(0, _Finder())
+    _ask_for_amx()

@@ -19,6 +19,14 @@ pub enum Engine {
     Sglang,
 }
 
+/// vLLM's request field for where a response's rows start, in
+/// `sampling_params` (`vllm/sampling_params.py`).
+const VLLM_START: &str = "routed_experts_prompt_start";
+
+/// SGLang's, at the body's top level (`sglang/srt/managers/io_struct.py`,
+/// `GenerateReqInput`).
+const SGLANG_START: &str = "routed_experts_start_len";
+
 /// The sampling every request asks for.
 #[derive(Clone, Copy, Debug)]
 pub struct Sampling {
@@ -47,9 +55,20 @@ impl Engine {
         }
     }
 
-    /// The request body: the same for both endpoints.
-    pub fn body(self, id: &str, prompt: &[u64], sampling: Sampling, stream: bool) -> Value {
-        match self {
+    /// The request body: the same for both endpoints. `start`, when given,
+    /// asks for rows from that position on (a delta request): vLLM's
+    /// `sampling_params.routed_experts_prompt_start`, SGLang's
+    /// `routed_experts_start_len` (docs/SPEC.md, "Probing a live
+    /// deployment").
+    pub fn body(
+        self,
+        id: &str,
+        prompt: &[u64],
+        sampling: Sampling,
+        stream: bool,
+        start: Option<u64>,
+    ) -> Value {
+        let mut body = match self {
             Engine::Vllm => json!({
                 "request_id": id,
                 "token_ids": prompt,
@@ -73,7 +92,34 @@ impl Engine {
                 "return_routed_experts": true,
                 "stream": stream,
             }),
+        };
+        if let Some(start) = start {
+            match self {
+                Engine::Vllm => body["sampling_params"][VLLM_START] = json!(start),
+                Engine::Sglang => body[SGLANG_START] = json!(start),
+            }
         }
+        body
+    }
+
+    /// The body of a full-context forward: `tokens` (a whole episode) as
+    /// one prompt, one token generated greedily, rows asked from 0, and a
+    /// `cache_salt` of its own, so that no block of the prompt is a
+    /// prefix-cache hit. Both
+    /// engines return a cached block's rows as they were stored when it was
+    /// first computed (vLLM's aux-output store, SGLang's slots of the radix
+    /// cache): unsalted, the forward would hand the episode its own rows
+    /// back instead of computing them.
+    pub fn full_context_body(self, id: &str, tokens: &[u64], stream: bool, salt: &str) -> Value {
+        let greedy = Sampling {
+            max_tokens: 1,
+            n: 1,
+            temperature: 0.0,
+            seed: 0,
+        };
+        let mut body = self.body(id, tokens, greedy, stream, Some(0));
+        body["cache_salt"] = json!(salt);
+        body
     }
 
     /// A whole (not streamed) answer.
@@ -361,6 +407,51 @@ mod tests {
         let mut out: Vec<Vec<u8>> = values.iter().map(|v| v.to_string().into_bytes()).collect();
         out.push(b"[DONE]".to_vec());
         out
+    }
+
+    #[test]
+    fn a_delta_start_goes_where_each_engine_reads_it() {
+        let sampling = Sampling {
+            max_tokens: 8,
+            n: 2,
+            temperature: 0.5,
+            seed: 3,
+        };
+        let vllm = Engine::Vllm.body("r", &[1, 2, 3], sampling, false, Some(2));
+        assert_eq!(vllm["sampling_params"]["routed_experts_prompt_start"], 2);
+        assert_eq!(vllm.get("routed_experts_start_len"), None);
+        let sglang = Engine::Sglang.body("r", &[1, 2, 3], sampling, true, Some(2));
+        assert_eq!(sglang["routed_experts_start_len"], 2);
+        assert_eq!(
+            sglang["sampling_params"].get("routed_experts_prompt_start"),
+            None
+        );
+        // No start: neither field.
+        let full = Engine::Vllm.body("r", &[1, 2, 3], sampling, false, None);
+        assert_eq!(
+            full["sampling_params"].get("routed_experts_prompt_start"),
+            None
+        );
+        let full = Engine::Sglang.body("r", &[1, 2, 3], sampling, false, None);
+        assert_eq!(full.get("routed_experts_start_len"), None);
+    }
+
+    #[test]
+    fn a_full_context_forward_is_one_greedy_token_with_its_own_salt() {
+        let vllm = Engine::Vllm.full_context_body("f", &[1, 2, 3, 4], true, "s1");
+        assert_eq!(
+            vllm,
+            json!({"request_id": "f", "token_ids": [1, 2, 3, 4], "stream": true, "cache_salt": "s1",
+                   "sampling_params": {"max_tokens": 1, "n": 1, "temperature": 0.0, "seed": 0,
+                                       "routed_experts_prompt_start": 0}})
+        );
+        let sglang = Engine::Sglang.full_context_body("f", &[1, 2], false, "s2");
+        assert_eq!(
+            sglang,
+            json!({"rid": "f", "input_ids": [1, 2], "stream": false, "cache_salt": "s2",
+                   "return_routed_experts": true, "routed_experts_start_len": 0,
+                   "sampling_params": {"max_new_tokens": 1, "n": 1, "temperature": 0.0, "sampling_seed": 0}})
+        );
     }
 
     #[test]

@@ -219,8 +219,9 @@ pub struct Head {
     pub content_type: Option<String>,
 }
 
-/// How the body is framed.
-enum Framing {
+/// How an HTTP response's body is framed: by `Content-Length`, by chunks,
+/// or by the connection's end.
+enum BodyFraming {
     Length(u64),
     Chunked,
     UntilClose,
@@ -327,7 +328,7 @@ pub fn post(
 }
 
 /// The status line and headers (1xx interim answers skipped).
-fn read_head(conn: &mut Conn) -> Result<(Head, Framing), HttpError> {
+fn read_head(conn: &mut Conn) -> Result<(Head, BodyFraming), HttpError> {
     loop {
         let status_line = conn.line("reading the status line")?;
         let mut words = status_line.split_whitespace();
@@ -384,9 +385,9 @@ fn read_head(conn: &mut Conn) -> Result<(Head, Framing), HttpError> {
             continue;
         }
         let framing = match (chunked, length) {
-            (true, _) => Framing::Chunked,
-            (false, Some(n)) => Framing::Length(n),
-            (false, None) => Framing::UntilClose,
+            (true, _) => BodyFraming::Chunked,
+            (false, Some(n)) => BodyFraming::Length(n),
+            (false, None) => BodyFraming::UntilClose,
         };
         return Ok((
             Head {
@@ -406,11 +407,11 @@ fn describe(text: &str) -> String {
 /// The body, as framed, to `sink`.
 fn read_body(
     conn: &mut Conn,
-    framing: Framing,
+    framing: BodyFraming,
     sink: &mut dyn FnMut(&[u8]),
 ) -> Result<(), HttpError> {
     match framing {
-        Framing::Length(mut left) => {
+        BodyFraming::Length(mut left) => {
             while left > 0 {
                 if conn.unread().is_empty() && !conn.fill("reading the body")? {
                     return Err(HttpError::Truncated(format!(
@@ -424,7 +425,7 @@ fn read_body(
             }
             Ok(())
         }
-        Framing::UntilClose => loop {
+        BodyFraming::UntilClose => loop {
             if !conn.unread().is_empty() {
                 let n = conn.unread().len();
                 sink(conn.take(n));
@@ -433,7 +434,7 @@ fn read_body(
                 return Ok(());
             }
         },
-        Framing::Chunked => loop {
+        BodyFraming::Chunked => loop {
             let line = conn.line("reading a chunk's size")?;
             let digits = line.split(';').next().unwrap_or_default().trim();
             let size = u64::from_str_radix(digits, 16)

@@ -14,8 +14,14 @@
 //! difference or a wrong row, 2 when a request failed (an unreachable
 //! endpoint, a timeout, a 5xx, a cut-off body, a body without rows), which
 //! never stops the run.
+//!
+//! With `--full-context`, each episode's whole token sequence then goes to
+//! the colocated server as one prompt, and the episode assembled from each
+//! side's turns is held to that forward's rows (`full_context.rs`); with
+//! `--delta`, every turn after the first asks only for its new rows.
 
 mod engine;
+mod full_context;
 mod http;
 mod prompts;
 mod sse;
@@ -28,10 +34,12 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use pd_stitch::compare::{self, classify, Classes};
+use pd_stitch::episode::RowPiece;
 use pd_stitch::gather::{self, RowsCheck, RowsReport, Store};
 use serde_json::{json, Value};
 
 use self::engine::{place_rows, Answer, Engine, Sampling};
+use self::full_context::{FullContextCounts, SideResult, SideTurn};
 use self::http::Url;
 use super::progress::Progress;
 use super::ModelConfig;
@@ -127,6 +135,20 @@ pub struct ProbeArgs {
     /// Also read files inside this directory (repeatable).
     #[arg(long = "allow", value_name = "DIR")]
     allow: Vec<PathBuf>,
+    /// After each episode, send its whole token sequence to the colocated
+    /// server as one prompt (one token generated, a cache_salt of its own so
+    /// that nothing is a prefix-cache hit), and hold the episode assembled
+    /// from each side's turns to that forward's rows, position by position:
+    /// a boundary or prefill-sourced difference fails (exit 1), a
+    /// decode-sourced one is counted.
+    #[arg(long)]
+    full_context: bool,
+    /// Ask every turn after the first for its rows from its common prefix
+    /// with the turn before minus one (vLLM's
+    /// sampling_params.routed_experts_prompt_start, SGLang's
+    /// routed_experts_start_len): the engines answer only the new rows.
+    #[arg(long)]
+    delta: bool,
 }
 
 /// Exit status when a request failed (1 means "differs").
@@ -163,6 +185,10 @@ struct Probe {
     json: bool,
     timeout: Duration,
     store: Store,
+    full_context: bool,
+    delta: bool,
+    /// What makes this run's full-context forwards' `cache_salt`s its own.
+    salt: String,
 }
 
 fn setup(args: ProbeArgs) -> Result<Probe, String> {
@@ -193,7 +219,12 @@ fn setup(args: ProbeArgs) -> Result<Probe, String> {
             )
         })?;
     if let Some(dir) = &args.save {
-        for side in ["colocated", "pd"] {
+        let sides: &[&str] = if args.full_context {
+            &["colocated", "pd", "full"]
+        } else {
+            &["colocated", "pd"]
+        };
+        for side in sides {
             std::fs::create_dir_all(dir.join(side))
                 .map_err(|e| format!("{}: {e}", dir.join(side).display()))?;
         }
@@ -225,18 +256,30 @@ fn setup(args: ProbeArgs) -> Result<Probe, String> {
         json: args.json,
         timeout,
         store,
+        full_context: args.full_context,
+        delta: args.delta,
+        salt: run_salt(),
     })
 }
 
+/// A salt no earlier run used: the process and the time, so that a run's
+/// forwards never hit the prefix cache of another run's.
+fn run_salt() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("pd-stitch-probe-{}-{nanos}", std::process::id())
+}
+
 /// What became of one request.
-struct Outcome {
+struct RequestOutcome {
     episode: usize,
     turn: usize,
     stream: bool,
-    result: Result<Compared, String>,
+    result: Result<PairComparison, String>,
 }
 
-impl Outcome {
+impl RequestOutcome {
     fn name(&self) -> String {
         name(self.episode, self.turn, self.stream)
     }
@@ -244,12 +287,60 @@ impl Outcome {
 
 /// `e0007-t1-stream`: a request's name in the report and in --save.
 fn name(episode: usize, turn: usize, stream: bool) -> String {
-    let mode = if stream { "stream" } else { "whole" };
-    format!("e{episode:04}-t{turn}-{mode}")
+    format!("e{episode:04}-t{turn}-{}", mode(stream))
 }
 
-/// One request's comparison.
-struct Compared {
+/// `stream` or `whole`.
+fn mode(stream: bool) -> &'static str {
+    if stream {
+        "stream"
+    } else {
+        "whole"
+    }
+}
+
+/// What became of one episode's full-context check.
+struct EpisodeOutcome {
+    episode: usize,
+    stream: bool,
+    result: Result<EpisodeCheck, String>,
+}
+
+impl EpisodeOutcome {
+    /// `e0007-stream`: the episode in its mode.
+    fn name(&self) -> String {
+        format!("e{:04}-{}", self.episode, mode(self.stream))
+    }
+}
+
+/// One episode held to its full-context forward: its length, and the
+/// colocated side's result, then the P/D side's.
+struct EpisodeCheck {
+    tokens: u64,
+    sides: [SideResult; 2],
+}
+
+/// One turn as sent and answered: the prompt, the start asked, and per
+/// side (colocated, P/D) choice 0's generated tokens (`None` where the
+/// answer does not say them) and, with --full-context, its rows.
+struct SentTurn {
+    prompt: Vec<u64>,
+    start: Option<u64>,
+    completions: [Option<Vec<u64>>; 2],
+    rows: [Result<RowPiece, String>; 2],
+}
+
+impl SentTurn {
+    /// Choice 0's generated tokens on `side` (0 colocated, 1 P/D), none
+    /// where the answer does not say them.
+    fn completion(&self, side: usize) -> &[u64] {
+        self.completions[side].as_deref().unwrap_or_default()
+    }
+}
+
+/// One request's two answers (colocated and P/D) compared, and each
+/// side's rows checked.
+struct PairComparison {
     prompt_len: u64,
     choices: Vec<ChoiceOutcome>,
     /// The rows check of the colocated answer, then of the P/D one.
@@ -263,7 +354,7 @@ struct ChoiceOutcome {
     classes: Classes,
 }
 
-impl Compared {
+impl PairComparison {
     fn differs(&self) -> bool {
         self.choices.iter().any(|c| !c.classes.is_empty())
     }
@@ -283,21 +374,24 @@ impl Probe {
         let jobs: Vec<(usize, bool)> = (0..self.prompts.len())
             .flat_map(|e| self.modes.iter().map(move |&stream| (e, stream)))
             .collect();
-        let total = jobs.len() * self.turns;
+        let total = jobs.len() * (self.turns + usize::from(self.full_context));
         let progress = Progress::new("requests", total, quiet);
         let done = AtomicUsize::new(0);
         let next = AtomicUsize::new(0);
         let outcomes = Mutex::new(Vec::with_capacity(total));
+        let checks = Mutex::new(Vec::new());
         std::thread::scope(|scope| {
             for _ in 0..self.concurrency.min(jobs.len()).max(1) {
                 scope.spawn(|| {
                     while let Some(&(episode, stream)) =
                         jobs.get(next.fetch_add(1, Ordering::Relaxed))
                     {
-                        for outcome in self.episode(episode, stream, &done, &progress) {
-                            if let Ok(mut all) = outcomes.lock() {
-                                all.push(outcome);
-                            }
+                        let (requests, check) = self.episode(episode, stream, &done, &progress);
+                        if let Ok(mut all) = outcomes.lock() {
+                            all.extend(requests);
+                        }
+                        if let (Some(check), Ok(mut all)) = (check, checks.lock()) {
+                            all.push(check);
                         }
                     }
                 });
@@ -306,53 +400,89 @@ impl Probe {
         progress.finish();
         let mut outcomes = outcomes.into_inner().unwrap_or_default();
         outcomes.sort_by_key(|o| (o.episode, o.stream, o.turn));
-        self.report(&outcomes, started.elapsed())
+        let mut checks = checks.into_inner().unwrap_or_default();
+        checks.sort_by_key(|c| (c.episode, c.stream));
+        self.report(&outcomes, &checks, started.elapsed())
     }
 
-    /// The turns of one episode, in order; after a failed turn the rest
-    /// are not sent (each said so).
+    /// The turns of one episode, in order (after a failed turn the rest are
+    /// not sent, each said so), then, with --full-context, its check.
     fn episode(
         &self,
         episode: usize,
         stream: bool,
         done: &AtomicUsize,
         progress: &Progress,
-    ) -> Vec<Outcome> {
+    ) -> (Vec<RequestOutcome>, Option<EpisodeOutcome>) {
         let mut prompt = self.prompts.get(episode).cloned().unwrap_or_default();
         let mut rng = prompts::Rng(self.seed ^ (episode as u64).wrapping_mul(0x9e37_79b9));
         // Where each earlier turn's prompt and completion ended.
         let mut boundaries: Vec<u64> = Vec::new();
         let mut outcomes = Vec::with_capacity(self.turns);
+        let mut sent: Vec<SentTurn> = Vec::with_capacity(self.turns);
         let mut failed = None;
         for turn in 0..self.turns {
+            // The tokens the turn before ended with: its prompt and its
+            // completion, all repeated at the head of this prompt. With
+            // --full-context a full turn says its start too (0, the
+            // engines' default), so that the start its rows are held to
+            // is the one on the wire.
+            let start = match sent.last() {
+                Some(before) if self.delta => {
+                    let common = before.prompt.len() + before.completion(0).len();
+                    Some((common as u64).saturating_sub(1))
+                }
+                _ if self.full_context => Some(0),
+                _ => None,
+            };
             let result = match failed {
                 Some(t) => Err(format!("not sent: turn {t} of this episode failed")),
-                None => self.request(episode, turn, stream, &prompt, &boundaries),
+                None => self.request(episode, turn, stream, &prompt, &boundaries, start),
             };
-            match &result {
-                Ok((_, answer)) => {
-                    let completion = answer.tokens.first().cloned().flatten().unwrap_or_default();
-                    let sent = prompt.len() as u64;
-                    boundaries.push(sent.saturating_sub(1));
-                    boundaries.push((sent + completion.len() as u64).saturating_sub(1));
-                    prompt.extend(completion);
+            let result = match result {
+                Ok((compared, answers)) => {
+                    let turn = self.sent_turn(&prompt, start, &answers);
+                    let completion = turn.completion(0);
+                    let sent_len = prompt.len() as u64;
+                    boundaries.push(sent_len.saturating_sub(1));
+                    boundaries.push((sent_len + completion.len() as u64).saturating_sub(1));
+                    prompt.extend_from_slice(completion);
                     prompt.extend(rng.tokens(NEW_TOKENS, self.vocab));
+                    sent.push(turn);
+                    Ok(compared)
                 }
-                Err(_) => failed = failed.or(Some(turn)),
-            }
-            outcomes.push(Outcome {
+                Err(message) => {
+                    failed = failed.or(Some(turn));
+                    Err(message)
+                }
+            };
+            outcomes.push(RequestOutcome {
                 episode,
                 turn,
                 stream,
-                result: result.map(|(compared, _)| compared),
+                result,
             });
             progress.set(done.fetch_add(1, Ordering::Relaxed) + 1);
         }
-        outcomes
+        if !self.full_context {
+            return (outcomes, None);
+        }
+        let result = match failed {
+            Some(t) => Err(format!("not run: turn {t} of this episode failed")),
+            None => self.full_context(episode, stream, &sent),
+        };
+        progress.set(done.fetch_add(1, Ordering::Relaxed) + 1);
+        let check = EpisodeOutcome {
+            episode,
+            stream,
+            result,
+        };
+        (outcomes, Some(check))
     }
 
-    /// One request to both endpoints, compared; the colocated answer too,
-    /// which the next turn builds on.
+    /// One request to both endpoints, compared; both answers too (the next
+    /// turn builds on the colocated one; the full-context check reads
+    /// both).
     fn request(
         &self,
         episode: usize,
@@ -360,13 +490,13 @@ impl Probe {
         stream: bool,
         prompt: &[u64],
         earlier: &[u64],
-    ) -> Result<(Compared, Answer), String> {
+        start: Option<u64>,
+    ) -> Result<(PairComparison, [Answer; 2]), String> {
         // The request id names the turn for the logs (and for the mock
         // backends, which answer by the number in it).
         let index = episode * self.turns + turn;
-        let mode = if stream { "stream" } else { "whole" };
-        let id = format!("probe-{mode}-{index}");
-        let body = self.engine.body(&id, prompt, self.sampling, stream);
+        let id = format!("probe-{}-{index}", mode(stream));
+        let body = self.engine.body(&id, prompt, self.sampling, stream, start);
         let bytes = serde_json::to_vec(&body).map_err(|e| e.to_string())?;
         let (a, b) = std::thread::scope(|scope| {
             let a = scope.spawn(|| self.ask(&self.colocated, &bytes));
@@ -397,13 +527,94 @@ impl Probe {
         if let Some(dir) = &self.save {
             let file = format!("{}.json", name(episode, turn, stream));
             for (side, answer) in [("colocated", &a), ("pd", &b)] {
-                let path = dir.join(side).join(&file);
-                std::fs::write(&path, answer.response.to_string())
-                    .map_err(|e| format!("--save {}: {e}", path.display()))?;
+                save(&dir.join(side).join(&file), &answer.response)?;
             }
         }
         let compared = self.compare(&a, &b, prompt_len, earlier)?;
-        Ok((compared, a))
+        Ok((compared, [a, b]))
+    }
+
+    /// A turn as the full-context check keeps it: its rows read now, while
+    /// the files of rows by handle are the ones this turn was answered
+    /// with.
+    fn sent_turn(&self, prompt: &[u64], start: Option<u64>, answers: &[Answer; 2]) -> SentTurn {
+        let completions = answers
+            .each_ref()
+            .map(|answer| answer.tokens.first().cloned().flatten());
+        let rows = answers.each_ref().map(|answer| {
+            if self.full_context {
+                full_context::turn_rows(&answer.response, &self.store, self.row_shape)
+            } else {
+                Err("not read: no --full-context".to_owned())
+            }
+        });
+        SentTurn {
+            prompt: prompt.to_vec(),
+            start,
+            completions,
+            rows,
+        }
+    }
+
+    /// The episode's whole token sequence (its last turn's prompt and
+    /// colocated completion) sent to the colocated server as one prompt,
+    /// and each side's turns held to that forward's rows.
+    fn full_context(
+        &self,
+        episode: usize,
+        stream: bool,
+        sent: &[SentTurn],
+    ) -> Result<EpisodeCheck, String> {
+        let last = sent.last().ok_or("no turn was sent")?;
+        // The episode is made of the tokens each side generated: an answer
+        // that does not say them cannot be placed.
+        for (turn, sent) in sent.iter().enumerate() {
+            for (tokens, side) in sent.completions.iter().zip(SIDES) {
+                if tokens.is_none() {
+                    return Err(format!(
+                        "{side}: turn {turn}'s answer does not say which tokens choice 0 generated, which its episode needs"
+                    ));
+                }
+            }
+        }
+        let mut tokens = last.prompt.clone();
+        tokens.extend_from_slice(last.completion(0));
+        let len = tokens.len() as u64;
+        // Named after the last turn's index, which the mock backends answer by.
+        let index = episode * self.turns + self.turns.saturating_sub(1);
+        let id = format!("probe-{}-full-{index}", mode(stream));
+        let salt = format!("{}-e{episode}-{}", self.salt, mode(stream));
+        let body = self.engine.full_context_body(&id, &tokens, stream, &salt);
+        let bytes = serde_json::to_vec(&body).map_err(|e| e.to_string())?;
+        let mut forward = self
+            .ask(&self.colocated, &bytes)
+            .map_err(|e| format!("the full-context forward: colocated: {e}"))?;
+        place_rows(self.engine, &mut forward, len);
+        if let Some(dir) = &self.save {
+            let file = format!("e{episode:04}-full-{}.json", mode(stream));
+            save(&dir.join("full").join(file), &forward.response)?;
+        }
+        let full: RowPiece =
+            full_context::forward_rows(&forward.response, len, &self.store, self.row_shape)?;
+        let completions =
+            |side: usize| -> Vec<&[u64]> { sent.iter().map(|t| t.completion(side)).collect() };
+        let colocated = completions(0);
+        let sides = [0, 1].map(|side| {
+            if let Some(turn) = full_context::diverged(&completions(side), &colocated) {
+                return SideResult::Diverged { turn };
+            }
+            let turns: Vec<SideTurn<'_>> = sent
+                .iter()
+                .map(|t| SideTurn {
+                    prompt: &t.prompt,
+                    start: t.start,
+                    completion: t.completion(side),
+                    rows: &t.rows[side],
+                })
+                .collect();
+            SideResult::Checked(full_context::check_side(&turns, &full))
+        });
+        Ok(EpisodeCheck { tokens: len, sides })
     }
 
     /// Sends `body` to `url` and reads the answer.
@@ -443,7 +654,7 @@ impl Probe {
         b: &Answer,
         prompt_len: u64,
         earlier: &[u64],
-    ) -> Result<Compared, String> {
+    ) -> Result<PairComparison, String> {
         let options = compare::Options {
             prompt_len: Some(prompt_len),
             row_shape: self.row_shape,
@@ -476,7 +687,7 @@ impl Probe {
         let rows = [a, b].map(|answer| {
             gather::check_response_rows(&answer.response, &self.store, self.row_shape, self.rows)
         });
-        Ok(Compared {
+        Ok(PairComparison {
             prompt_len,
             choices,
             rows,
@@ -484,33 +695,50 @@ impl Probe {
     }
 
     /// Prints the report; the exit status.
-    fn report(&self, outcomes: &[Outcome], elapsed: Duration) -> u8 {
-        let mut totals = Totals::new();
+    fn report(
+        &self,
+        outcomes: &[RequestOutcome],
+        checks: &[EpisodeOutcome],
+        elapsed: Duration,
+    ) -> u8 {
+        let mut totals = RequestCounts::new();
         for outcome in outcomes {
             totals.add(outcome);
         }
-        let status = if totals.errors > 0 {
+        let mut full = FullContextCounts::default();
+        for check in checks {
+            match &check.result {
+                Ok(check) => check.sides.iter().for_each(|side| full.add(side)),
+                Err(_) => full.errors += 1,
+            }
+        }
+        let status = if totals.errors + full.errors > 0 {
             PROBE_ERROR
         } else {
-            u8::from(totals.different + totals.wrong_rows > 0)
+            u8::from(totals.different + totals.wrong_rows + full.failed > 0)
         };
         let turns = self.turns;
         let episodes = self.prompts.len();
         let modes = self.modes.len();
         if self.json {
             let requests: Vec<Value> = outcomes.iter().map(outcome_json).collect();
-            println!(
-                "{}",
-                json!({
-                    "all_equal": status == 0,
-                    "episodes": episodes,
-                    "turns": turns,
-                    "modes": self.modes.iter().map(|&s| if s { "stream" } else { "whole" }).collect::<Vec<_>>(),
-                    "requests": requests,
-                    "total": totals.to_json(),
-                    "seconds": elapsed.as_secs_f64(),
-                })
-            );
+            let mut report = json!({
+                "all_equal": status == 0,
+                "episodes": episodes,
+                "turns": turns,
+                "modes": self.modes.iter().map(|&s| mode(s)).collect::<Vec<_>>(),
+                "delta": self.delta,
+                "requests": requests,
+                "total": totals.to_json(),
+                "seconds": elapsed.as_secs_f64(),
+            });
+            if self.full_context {
+                report["full_context"] = json!({
+                    "episodes": checks.iter().map(check_json).collect::<Vec<_>>(),
+                    "total": full.to_json(),
+                });
+            }
+            println!("{report}");
             return status;
         }
         println!(
@@ -532,12 +760,95 @@ impl Probe {
             summary(&totals.rows[1]),
             elapsed.as_secs_f64()
         );
+        if !self.full_context {
+            return status;
+        }
+        println!(
+            "{:<14}  {:<9}  {:>6}  {:>8}  {:>8}  {:>14}  {:>9}  details",
+            "episode", "side", "tokens", "compared", "boundary", "decode-sourced", "scattered"
+        );
+        for check in checks {
+            for line in check_lines(check) {
+                println!("{line}");
+            }
+        }
+        println!(
+            "full context{}: {} check(s) ({episodes} episode(s) x {modes} mode(s)), {} side(s) checked, {} failed, {} error(s); {}",
+            if self.delta { " (delta)" } else { "" },
+            checks.len(),
+            full.sides,
+            full.failed,
+            full.errors,
+            full.summary()
+        );
         status
     }
 }
 
-/// The counts of a run.
-struct Totals {
+/// An episode's lines: one a side, or one saying why it was not checked.
+fn check_lines(outcome: &EpisodeOutcome) -> Vec<String> {
+    let name = outcome.name();
+    let check = match &outcome.result {
+        Ok(check) => check,
+        Err(message) => return vec![format!("{name:<14}  {:<9}  ERROR  {message}", "-")],
+    };
+    check
+        .sides
+        .iter()
+        .zip(SIDES)
+        .map(|(result, side)| {
+            let counts = match result {
+                SideResult::Checked(c) => [
+                    c.compared.to_string(),
+                    c.boundary.len().to_string(),
+                    c.decode_sourced.len().to_string(),
+                    c.scattered.len().to_string(),
+                ],
+                SideResult::Diverged { .. } => ["-", "-", "-", "-"].map(String::from),
+            };
+            let [compared, boundary, decode, scattered] = counts;
+            let details = full_context::details(result);
+            let line = format!(
+                "{name:<14}  {side:<9}  {:>6}  {compared:>8}  {boundary:>8}  {decode:>14}  {scattered:>9}  {details}",
+                check.tokens
+            );
+            line.trim_end().to_owned()
+        })
+        .collect()
+}
+
+/// An episode's check as JSON.
+fn check_json(outcome: &EpisodeOutcome) -> Value {
+    let mut entry = json!({
+        "episode": outcome.episode,
+        "stream": outcome.stream,
+        "name": outcome.name(),
+    });
+    match &outcome.result {
+        Err(message) => {
+            entry["status"] = json!("error");
+            entry["error"] = json!(message);
+        }
+        Ok(check) => {
+            let passes = check.sides.iter().all(SideResult::passes);
+            entry["status"] = json!(if passes { "passed" } else { "failed" });
+            entry["tokens"] = json!(check.tokens);
+            entry["colocated"] = full_context::side_json(&check.sides[0]);
+            entry["pd"] = full_context::side_json(&check.sides[1]);
+        }
+    }
+    entry
+}
+
+/// Writes `response` to `path`, for --save.
+fn save(path: &std::path::Path, response: &Value) -> Result<(), String> {
+    std::fs::write(path, response.to_string())
+        .map_err(|e| format!("--save {}: {e}", path.display()))
+}
+
+/// The requests of a run counted by what became of them, and the rows
+/// check's findings summed per side.
+struct RequestCounts {
     equal: usize,
     different: usize,
     wrong_rows: usize,
@@ -547,9 +858,9 @@ struct Totals {
     rows: [[(&'static str, u64); 4]; 2],
 }
 
-impl Totals {
-    fn new() -> Totals {
-        Totals {
+impl RequestCounts {
+    fn new() -> RequestCounts {
+        RequestCounts {
             equal: 0,
             different: 0,
             wrong_rows: 0,
@@ -565,7 +876,7 @@ impl Totals {
         }
     }
 
-    fn add(&mut self, outcome: &Outcome) {
+    fn add(&mut self, outcome: &RequestOutcome) {
         let compared = match &outcome.result {
             Ok(compared) => compared,
             Err(_) => {
@@ -643,7 +954,7 @@ fn summary(counts: &[(&str, u64); 4]) -> String {
 }
 
 /// One request's line.
-fn outcome_line(outcome: &Outcome) -> String {
+fn outcome_line(outcome: &RequestOutcome) -> String {
     let name = outcome.name();
     let compared = match &outcome.result {
         Ok(compared) => compared,
@@ -690,7 +1001,7 @@ fn outcome_line(outcome: &Outcome) -> String {
     format!("{name:<20}  {status:<10}  {rows:>9}  {fraction:>15}  {details}")
 }
 
-fn outcome_json(outcome: &Outcome) -> Value {
+fn outcome_json(outcome: &RequestOutcome) -> Value {
     let base = json!({
         "request": outcome.name(),
         "episode": outcome.episode,
@@ -731,4 +1042,87 @@ fn outcome_json(outcome: &Outcome) -> Value {
         }
     }
     entry
+}
+
+#[cfg(test)]
+mod tests {
+    use self::full_context::SideCheck;
+    use super::*;
+
+    fn outcome(result: Result<EpisodeCheck, String>) -> EpisodeOutcome {
+        EpisodeOutcome {
+            episode: 3,
+            stream: true,
+            result,
+        }
+    }
+
+    #[test]
+    fn an_episode_has_a_line_a_side() {
+        let passing = SideResult::Checked(SideCheck {
+            compared: 76,
+            decode_sourced: vec![60],
+            ..SideCheck::default()
+        });
+        let failing = SideResult::Checked(SideCheck {
+            compared: 76,
+            boundary: vec![52],
+            ..SideCheck::default()
+        });
+        let check = EpisodeCheck {
+            tokens: 77,
+            sides: [passing, failing],
+        };
+        assert_eq!(
+            check_lines(&outcome(Ok(check))),
+            [
+                "e0003-stream    colocated      77        76         0               1          0  decode-sourced at 60",
+                "e0003-stream    P/D            77        76         1               0          0  boundary at 52",
+            ]
+        );
+        let diverged = EpisodeCheck {
+            tokens: 9,
+            sides: [
+                SideResult::Checked(SideCheck::default()),
+                SideResult::Diverged { turn: 1 },
+            ],
+        };
+        assert_eq!(
+            check_lines(&outcome(Ok(diverged)))[1],
+            "e0003-stream    P/D             9         -         -               -          -  \
+             tokens diverged from the colocated answer at turn 1: not held to the forward"
+        );
+        assert_eq!(
+            check_lines(&outcome(Err(
+                "not run: turn 0 of this episode failed".into()
+            ))),
+            ["e0003-stream    -          ERROR  not run: turn 0 of this episode failed"]
+        );
+    }
+
+    #[test]
+    fn an_episode_as_json_fails_when_a_side_does() {
+        let check = EpisodeCheck {
+            tokens: 77,
+            sides: [
+                SideResult::Checked(SideCheck::default()),
+                SideResult::Checked(SideCheck {
+                    scattered: vec![4],
+                    ..SideCheck::default()
+                }),
+            ],
+        };
+        let json = check_json(&outcome(Ok(check)));
+        assert_eq!(
+            (&json["name"], &json["status"], &json["tokens"]),
+            (&json!("e0003-stream"), &json!("failed"), &json!(77))
+        );
+        assert_eq!(json["pd"]["scattered"], json!([4]));
+        assert_eq!(json["colocated"]["status"], "passed");
+        let error = check_json(&outcome(Err("boom".into())));
+        assert_eq!(
+            (&error["status"], &error["error"]),
+            (&json!("error"), &json!("boom"))
+        );
+    }
 }
