@@ -10,9 +10,12 @@ use pd_stitch::places::{self, Holder, Holds, RowsKind};
 use pd_stitch::ROUTED_EXPERTS;
 use serde_json::{json, Map, Value};
 
-/// The engine behind both endpoints.
+/// The HTTP API of the engine behind both endpoints: what probe sends it
+/// and how it reads the answers. Not the simulator's `pd_stitch::sim::Engine`
+/// (the engines whose deployments it plays, Dynamo among them): probe speaks
+/// to vLLM's and SGLang's generate endpoints alone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Engine {
+pub enum EngineApi {
     /// vLLM: `POST /inference/v1/generate` with `token_ids`.
     Vllm,
     /// SGLang: `POST /generate` with `input_ids` and `return_routed_experts`.
@@ -46,12 +49,12 @@ pub struct Answer {
     pub prompt_tokens: Option<u64>,
 }
 
-impl Engine {
+impl EngineApi {
     /// The path requests are sent to.
     pub fn path(self) -> &'static str {
         match self {
-            Engine::Vllm => "/inference/v1/generate",
-            Engine::Sglang => "/generate",
+            EngineApi::Vllm => "/inference/v1/generate",
+            EngineApi::Sglang => "/generate",
         }
     }
 
@@ -69,7 +72,7 @@ impl Engine {
         start: Option<u64>,
     ) -> Value {
         let mut body = match self {
-            Engine::Vllm => json!({
+            EngineApi::Vllm => json!({
                 "request_id": id,
                 "token_ids": prompt,
                 "sampling_params": {
@@ -80,7 +83,7 @@ impl Engine {
                 },
                 "stream": stream,
             }),
-            Engine::Sglang => json!({
+            EngineApi::Sglang => json!({
                 "rid": id,
                 "input_ids": prompt,
                 "sampling_params": {
@@ -95,8 +98,8 @@ impl Engine {
         };
         if let Some(start) = start {
             match self {
-                Engine::Vllm => body["sampling_params"][VLLM_START] = json!(start),
-                Engine::Sglang => body[SGLANG_START] = json!(start),
+                EngineApi::Vllm => body["sampling_params"][VLLM_START] = json!(start),
+                EngineApi::Sglang => body[SGLANG_START] = json!(start),
             }
         }
         body
@@ -152,8 +155,8 @@ impl Engine {
             return Err("the stream ended without data: [DONE]".into());
         }
         let response = match self {
-            Engine::Vllm => vllm_stream(&values),
-            Engine::Sglang => sglang_stream(&values),
+            EngineApi::Vllm => vllm_stream(&values),
+            EngineApi::Sglang => sglang_stream(&values),
         }?;
         self.read(response)
     }
@@ -161,13 +164,13 @@ impl Engine {
     /// The tokens and the prompt length of a response, which must carry rows.
     fn read(self, response: Value) -> Result<Answer, String> {
         let items: Vec<&Value> = match self {
-            Engine::Vllm => response
+            EngineApi::Vllm => response
                 .get("choices")
                 .and_then(Value::as_array)
                 .ok_or("the response has no choices array")?
                 .iter()
                 .collect(),
-            Engine::Sglang => match &response {
+            EngineApi::Sglang => match &response {
                 Value::Array(items) => items.iter().collect(),
                 item => vec![item],
             },
@@ -178,7 +181,7 @@ impl Engine {
         let mut tokens = Vec::with_capacity(items.len());
         for (i, item) in items.iter().enumerate() {
             let (ids, has_rows) = match self {
-                Engine::Vllm => (
+                EngineApi::Vllm => (
                     item.get("token_ids"),
                     item.get(ROUTED_EXPERTS).is_some_and(|v| !v.is_null())
                         || by_handle(item).and_then(Value::as_array).is_some_and(|p| {
@@ -187,7 +190,7 @@ impl Engine {
                             })
                         }),
                 ),
-                Engine::Sglang => (
+                EngineApi::Sglang => (
                     item.get("output_ids"),
                     sglang_rows(item).is_some_and(|v| !v.is_null()),
                 ),
@@ -200,8 +203,8 @@ impl Engine {
             tokens.push(ids.and_then(token_list));
         }
         let prompt_tokens = match self {
-            Engine::Vllm => response.get("usage"),
-            Engine::Sglang => items.first().and_then(|item| generate_meta(item)),
+            EngineApi::Vllm => response.get("usage"),
+            EngineApi::Sglang => items.first().and_then(|item| generate_meta(item)),
         }
         .and_then(|u| u.get("prompt_tokens"))
         .and_then(Value::as_u64);
@@ -382,8 +385,8 @@ fn sglang_stream(events: &[Value]) -> Result<Value, String> {
 /// `stream_options.include_usage`) gets the prompt length the request
 /// implies, so that its rows are placed as the whole answer's are. The one
 /// place `probe` decides where rows sit.
-pub fn place_rows(engine: Engine, answer: &mut Answer, prompt_len: u64) {
-    if engine != Engine::Vllm || answer.prompt_tokens.is_some() {
+pub fn place_rows(engine: EngineApi, answer: &mut Answer, prompt_len: u64) {
+    if engine != EngineApi::Vllm || answer.prompt_tokens.is_some() {
         return;
     }
     let Some(object) = answer.response.as_object_mut() else {
@@ -417,35 +420,35 @@ mod tests {
             temperature: 0.5,
             seed: 3,
         };
-        let vllm = Engine::Vllm.body("r", &[1, 2, 3], sampling, false, Some(2));
+        let vllm = EngineApi::Vllm.body("r", &[1, 2, 3], sampling, false, Some(2));
         assert_eq!(vllm["sampling_params"]["routed_experts_prompt_start"], 2);
         assert_eq!(vllm.get("routed_experts_start_len"), None);
-        let sglang = Engine::Sglang.body("r", &[1, 2, 3], sampling, true, Some(2));
+        let sglang = EngineApi::Sglang.body("r", &[1, 2, 3], sampling, true, Some(2));
         assert_eq!(sglang["routed_experts_start_len"], 2);
         assert_eq!(
             sglang["sampling_params"].get("routed_experts_prompt_start"),
             None
         );
         // No start: neither field.
-        let full = Engine::Vllm.body("r", &[1, 2, 3], sampling, false, None);
+        let full = EngineApi::Vllm.body("r", &[1, 2, 3], sampling, false, None);
         assert_eq!(
             full["sampling_params"].get("routed_experts_prompt_start"),
             None
         );
-        let full = Engine::Sglang.body("r", &[1, 2, 3], sampling, false, None);
+        let full = EngineApi::Sglang.body("r", &[1, 2, 3], sampling, false, None);
         assert_eq!(full.get("routed_experts_start_len"), None);
     }
 
     #[test]
     fn a_full_context_forward_is_one_greedy_token_with_its_own_salt() {
-        let vllm = Engine::Vllm.full_context_body("f", &[1, 2, 3, 4], true, "s1");
+        let vllm = EngineApi::Vllm.full_context_body("f", &[1, 2, 3, 4], true, "s1");
         assert_eq!(
             vllm,
             json!({"request_id": "f", "token_ids": [1, 2, 3, 4], "stream": true, "cache_salt": "s1",
                    "sampling_params": {"max_tokens": 1, "n": 1, "temperature": 0.0, "seed": 0,
                                        "routed_experts_prompt_start": 0}})
         );
-        let sglang = Engine::Sglang.full_context_body("f", &[1, 2], false, "s2");
+        let sglang = EngineApi::Sglang.full_context_body("f", &[1, 2], false, "s2");
         assert_eq!(
             sglang,
             json!({"rid": "f", "input_ids": [1, 2], "stream": false, "cache_salt": "s2",
@@ -464,7 +467,7 @@ mod tests {
             json!({"choices": [{"index": 1, "token_ids": [], "routed_experts": rows}]}),
             json!({"choices": [], "usage": {"prompt_tokens": 1}}),
         ];
-        let answer = Engine::Vllm.stream(&events(&chunks)).unwrap();
+        let answer = EngineApi::Vllm.stream(&events(&chunks)).unwrap();
         assert_eq!(answer.tokens, vec![Some(vec![5, 6, 8]), Some(vec![7])]);
         assert_eq!(answer.prompt_tokens, Some(1));
         assert_eq!(
@@ -474,17 +477,17 @@ mod tests {
         // No [DONE], an error event, a choice without rows: errors.
         let cut = &events(&chunks)[..5];
         assert_eq!(
-            Engine::Vllm.stream(cut).unwrap_err(),
+            EngineApi::Vllm.stream(cut).unwrap_err(),
             "the stream ended without data: [DONE]"
         );
         let error = events(&[json!({"error": {"message": "boom"}})]);
-        assert!(Engine::Vllm
+        assert!(EngineApi::Vllm
             .stream(&error)
             .unwrap_err()
             .contains("is an error"));
         let rowless = events(&chunks[..2]);
         assert_eq!(
-            Engine::Vllm.stream(&rowless).unwrap_err(),
+            EngineApi::Vllm.stream(&rowless).unwrap_err(),
             "choice 0 carries no routed_experts rows (is routing replay on, and asked for?)"
         );
     }
@@ -520,7 +523,7 @@ mod tests {
             json!({"output_ids": [4, 5], "meta_info": meta(None)}),
             json!({"output_ids": [4, 5, 6], "meta_info": meta(Some("AAAA"))}),
         ];
-        let answer = Engine::Sglang.stream(&events(&cumulative)).unwrap();
+        let answer = EngineApi::Sglang.stream(&events(&cumulative)).unwrap();
         assert_eq!(answer.tokens, vec![Some(vec![4, 5, 6])]);
         assert_eq!(answer.prompt_tokens, Some(3));
         assert_eq!(answer.response["meta_info"]["routed_experts"], "AAAA");
@@ -529,7 +532,7 @@ mod tests {
             json!({"output_ids": [5], "meta_info": meta(None)}),
             json!({"output_ids": [6], "meta_info": meta(Some("AAAA"))}),
         ];
-        let answer = Engine::Sglang.stream(&events(&incremental)).unwrap();
+        let answer = EngineApi::Sglang.stream(&events(&incremental)).unwrap();
         assert_eq!(answer.tokens, vec![Some(vec![4, 5, 6])]);
     }
 
@@ -564,16 +567,16 @@ mod tests {
             json!({"choices": [{"index": 0, "token_ids": [1, 2], "routed_experts": null}]}),
             json!({"choices": [{"index": 0, "token_ids": [3], "routed_experts": npy}]}),
         ];
-        let mut answer = Engine::Vllm.stream(&events(&stream)).unwrap();
+        let mut answer = EngineApi::Vllm.stream(&events(&stream)).unwrap();
         assert_eq!(answer.prompt_tokens, None);
-        place_rows(Engine::Vllm, &mut answer, 4);
+        place_rows(EngineApi::Vllm, &mut answer, 4);
         assert_eq!(answer.prompt_tokens, Some(4));
         assert_eq!(placed(&answer.response), (4, 6, vec![7, 9]));
         // A usage the answer reports is kept.
         let whole = json!({"choices": [{"token_ids": [1, 2, 3], "routed_experts": npy}],
                            "usage": {"prompt_tokens": 5}});
-        let mut answer = Engine::Vllm.whole(whole.to_string().as_bytes()).unwrap();
-        place_rows(Engine::Vllm, &mut answer, 4);
+        let mut answer = EngineApi::Vllm.whole(whole.to_string().as_bytes()).unwrap();
+        place_rows(EngineApi::Vllm, &mut answer, 4);
         assert_eq!(placed(&answer.response), (5, 7, vec![7, 9]));
     }
 }

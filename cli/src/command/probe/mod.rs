@@ -38,7 +38,7 @@ use pd_stitch::episode::RowPiece;
 use pd_stitch::gather::{self, RowsCheck, RowsReport, Store};
 use serde_json::{json, Value};
 
-use self::engine::{place_rows, Answer, Engine, Sampling};
+use self::engine::{place_rows, Answer, EngineApi, Sampling};
 use self::full_context::{FullContextCounts, SideResult, SideTurn};
 use self::http::Url;
 use super::progress::Progress;
@@ -66,7 +66,7 @@ pub struct ProbeArgs {
     pd: String,
     /// The engine both speak.
     #[arg(long, value_enum, default_value = "vllm")]
-    engine: Engine,
+    engine: EngineApi,
     /// Prompts, one per line: a JSON array of token ids, or an object with
     /// one under token_ids, input_ids or prompt_token_ids. Without it,
     /// prompts are drawn (--requests, --prompt-len, --seed, --vocab).
@@ -169,7 +169,7 @@ pub fn run(args: ProbeArgs, quiet: bool) -> Result<ExitCode, String> {
 
 /// Everything a run needs, read from the arguments.
 struct Probe {
-    engine: Engine,
+    engine: EngineApi,
     colocated: Url,
     pd: Url,
     prompts: Vec<Vec<u64>>,
@@ -206,7 +206,7 @@ fn setup(args: ProbeArgs) -> Result<Probe, String> {
         Some(path) => prompts::read_jsonl(path)?,
         None => prompts::generated(args.requests, args.prompt_len, vocab, args.seed),
     };
-    if args.engine == Engine::Sglang && args.row_shape.is_none() {
+    if args.engine == EngineApi::Sglang && args.row_shape.is_none() {
         return Err("SGLang's rows carry no shape: give --row-shape LAYERSxTOP_K".into());
     }
     let timeout = Duration::try_from_secs_f64(args.timeout)
