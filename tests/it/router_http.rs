@@ -233,7 +233,9 @@ impl Setup {
     /// Whether `response` holds, choice by choice, exactly the colocated
     /// truth of request `index`: `Err` says where it does not.
     fn check_truth(&self, index: usize, response: &Value) -> Result<(), String> {
-        let request = Request::draw(SEED, index);
+        // The request the mocks simulate for `body(index)`: its prompt's
+        // rows under the one model of every prompt a client sends.
+        let request = mock_backend::simulated(SEED, index, &body(index));
         let choices = response["choices"].as_array().map_or(0, Vec::len);
         if choices != request.choices() {
             return Err(format!(
@@ -1590,3 +1592,4 @@ async fn an_sglang_stream_starts_before_the_prefill_answers() {
         assert_eq!(json_of(&data[data.len() - 2]), colocated, "request {index}");
     }
 }
+
