@@ -254,9 +254,9 @@ pub const SGLANG_POOL: usize = 2048;
 /// The most recent requests' answers, oldest first out.
 #[derive(Default)]
 struct Cache {
-    /// By request index and prompt.
-    answers: HashMap<(usize, Vec<u64>), Arc<Responses>>,
-    order: VecDeque<(usize, Vec<u64>)>,
+    /// By request index, prompt and start.
+    answers: HashMap<(usize, Vec<u64>, u64), Arc<Responses>>,
+    order: VecDeque<(usize, Vec<u64>, u64)>,
 }
 
 /// How many requests' answers the cache keeps: enough for the requests in
@@ -471,21 +471,40 @@ impl Deployment {
 
     /// The simulator's answers for `request` (one [`simulated`] made), in
     /// its index's form, writing its files the first time.
+    ///
+    /// A request asking rows from a start `S > 0` has its files in a folder
+    /// of their own, `s<S>/`, its handles naming them there: a colocated
+    /// server and a P/D pair answering one index at once, asked from
+    /// different starts, lay their files out differently.
     pub fn answers_for(&self, request: Request) -> std::io::Result<Arc<Responses>> {
         let index = request.index;
-        let key = (index, request.prompt.clone());
+        let key = (index, request.prompt.clone(), request.start);
         if let Some(hit) = self.cache().answers.get(&key).cloned() {
             return Ok(hit);
         }
         let wire = self.forms.of(index);
-        let mut store = Store::Dir(self.dir.clone());
-        let responses = Arc::new(sim::answer(
+        let folder = (request.start > 0).then(|| format!("s{}", request.start));
+        let mut store = Store::Dir(match &folder {
+            Some(folder) => self.dir.join(folder),
+            None => self.dir.clone(),
+        });
+        let mut answered = sim::answer(
             wire,
             std::slice::from_ref(&request),
             false,
             None,
             &mut store,
-        )?);
+        )?;
+        if let Some(folder) = &folder {
+            for response in [
+                &mut answered.colocated,
+                &mut answered.prefill,
+                &mut answered.decode,
+            ] {
+                in_folder(response, folder);
+            }
+        }
+        let responses = Arc::new(answered);
         let mut cache = self.cache();
         if cache
             .answers
@@ -508,7 +527,10 @@ impl Deployment {
 /// such as `pd-stitch probe` sends prompts of its own, and a later turn's
 /// prompt repeats the turn before's tokens: the model gives them the same
 /// rows), its completions generated after it. Split points past the prompt
-/// are dropped; the files are still named by the index.
+/// are dropped; the files are still named by the index. A client's
+/// prompts are all routed by one model, as one engine's are: request 0's
+/// (its layers, experts and dtype), whatever the index, so that a later
+/// turn and an episode's full-context forward have the rows of its turns.
 pub fn simulated(seed: u64, index: usize, body: &Value) -> Request {
     let request = Request::draw(seed, index);
     let sent: Option<Vec<u64>> = body
@@ -516,8 +538,59 @@ pub fn simulated(seed: u64, index: usize, body: &Value) -> Request {
         .and_then(Value::as_array)
         .and_then(|ids| ids.iter().map(Value::as_u64).collect());
     match sent {
-        Some(tokens) if !tokens.is_empty() => request.with_prompt(tokens),
+        Some(tokens) if !tokens.is_empty() => {
+            let one = Request::draw(seed, 0);
+            Request {
+                model: one.model,
+                dtype: one.dtype,
+                ..request
+            }
+            .with_prompt(tokens)
+        }
         _ => request,
+    }
+}
+
+/// The request a vLLM mock in `role` answers for `body`: the
+/// [`simulated`] one, asked from the body's
+/// `sampling_params.routed_experts_prompt_start` as vLLM 0.32 asks (a
+/// colocated server and a prefill answer rows from it; docs/SPEC.md
+/// section 4a). A decode's start is read where its rows are written
+/// ([`vllm_decode_rows`]): its request is the full one, as its older forms
+/// answer from the last prompt position whatever they are sent.
+pub fn vllm_request(seed: u64, index: usize, body: &Value, role: Role) -> Request {
+    let request = simulated(seed, index, body);
+    let start = body
+        .pointer("/sampling_params/routed_experts_prompt_start")
+        .and_then(Value::as_u64);
+    match start {
+        Some(start) if role != Role::Decode => request.omitting(start),
+        _ => request,
+    }
+}
+
+/// Every file `response`'s handles name, moved into `folder`.
+fn in_folder(response: &mut Value, folder: &str) {
+    let choices = response.get_mut("choices").and_then(Value::as_array_mut);
+    for choice in choices.into_iter().flatten() {
+        let payload = choice.get_mut("payload").and_then(Value::as_array_mut);
+        for segment in payload.into_iter().flatten() {
+            if let Some(file) = segment.get("file").and_then(Value::as_str) {
+                segment["file"] = json!(format!("{folder}/{file}"));
+            }
+        }
+    }
+}
+
+/// Each choice of a vLLM answer to `request` with the tokens it generated,
+/// as `/inference/v1/generate` answers every choice (`token_ids`; a
+/// prefill's the one token it samples), whichever form its rows take.
+fn say_tokens(request: &Request, role: Role, response: &mut Value) {
+    let choices = response.get_mut("choices").and_then(Value::as_array_mut);
+    for (c, choice) in choices.into_iter().flatten().enumerate() {
+        if choice.get("token_ids").is_none() {
+            choice["token_ids"] = json!(request.token_ids(c, role == Role::Prefill));
+        }
     }
 }
 
@@ -751,7 +824,7 @@ async fn generate(State(mock): State<Arc<Mock>>, body: Bytes) -> Response {
     }
     // Writing the files is blocking I/O: off the async workers.
     let deployment = mock.deployment.clone();
-    let request = simulated(deployment.seed, index, &body);
+    let request = vllm_request(deployment.seed, index, &body, mock.role);
     let answers = match tokio::task::spawn_blocking(move || deployment.answers_for(request)).await {
         Ok(Ok(answers)) => answers,
         Ok(Err(e)) => return error(StatusCode::INTERNAL_SERVER_ERROR, format!("mock: {e}")),
@@ -775,7 +848,8 @@ async fn generate(State(mock): State<Arc<Mock>>, body: Bytes) -> Response {
     if mock.fault == Fault::NoRouting {
         response = without_routing(response);
     }
-    let request = simulated(mock.deployment.seed, index, &body);
+    let request = vllm_request(mock.deployment.seed, index, &body, mock.role);
+    say_tokens(&request, mock.role, &mut response);
     wrong_rows(mock.fault, &request, &mut response);
     if let Some(n) = body["sampling_params"]["n"].as_u64() {
         if let Some(choices) = response["choices"].as_array_mut() {

@@ -233,7 +233,9 @@ impl Setup {
     /// Whether `response` holds, choice by choice, exactly the colocated
     /// truth of request `index`: `Err` says where it does not.
     fn check_truth(&self, index: usize, response: &Value) -> Result<(), String> {
-        let request = Request::draw(SEED, index);
+        // The request the mocks simulate for `body(index)`: its prompt's
+        // rows under the one model of every prompt a client sends.
+        let request = mock_backend::simulated(SEED, index, &body(index));
         let choices = response["choices"].as_array().map_or(0, Vec::len);
         if choices != request.choices() {
             return Err(format!(
@@ -1588,5 +1590,126 @@ async fn an_sglang_stream_starts_before_the_prefill_answers() {
         let colocated = setup.deployment.sglang_answers(index, None).colocated;
         assert_eq!(data.last().map(Vec::as_slice), Some(&b"[DONE]"[..]));
         assert_eq!(json_of(&data[data.len() - 2]), colocated, "request {index}");
+    }
+}
+
+/// A file of the real vLLM 0.32's three-turn episode
+/// (tests/fixtures/engines/vllm/episode/).
+fn vllm_episode_fixture(name: &str) -> Value {
+    let at = format!(
+        "{}/tests/fixtures/engines/vllm/episode/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    json_of(&std::fs::read(&at).unwrap_or_else(|e| panic!("{at}: {e}")))
+}
+
+/// The vLLM mocks answer a real episode turn's requests (turn 1's, full
+/// and delta) as vLLM 0.32 answered them: choice 0 says its `token_ids`
+/// in every form, whole and streamed, and its rows start where the
+/// engine's do (the colocated server and the prefill at the
+/// `routed_experts_prompt_start` sent, 0 unless sent) and end where the
+/// counts place them, `P + N - 1` (`P` for a prefill, which generates one
+/// token). The mocks' `N` is their own draw's, not the body's `max_tokens`
+/// (the engine's, with `ignore_eos`); the span is held to the counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_vllm_mocks_answer_a_real_episode_turn_with_its_row_span() {
+    // (P, N, the rows' start, their end) of choice 0 of `answer`.
+    let span = |answer: &Value, dir: &std::path::Path| {
+        let p = answer["usage"]["prompt_tokens"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("usage.prompt_tokens: {answer}"));
+        let n = answer["choices"][0]["token_ids"]
+            .as_array()
+            .unwrap_or_else(|| panic!("choice 0 says no token_ids"))
+            .len() as u64;
+        let rows = gather(answer, 0, ROUTED_EXPERTS, dir)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .positions();
+        (p, n, rows.start(), rows.end())
+    };
+    let none = std::path::Path::new(".");
+    // The engine's answers: from the start asked, to the counts' end.
+    let cases = [
+        ("t1/request.json", "t1/colocated.json", Role::Colocated),
+        (
+            "t1/delta-request.json",
+            "t1/delta-colocated.json",
+            Role::Colocated,
+        ),
+        (
+            "t1/delta-prefill.request.json",
+            "t1/delta-prefill.json",
+            Role::Prefill,
+        ),
+    ];
+    let expected = |request: &Value, p: u64, n: u64| {
+        let start = request["sampling_params"]["routed_experts_prompt_start"]
+            .as_u64()
+            .unwrap_or(0);
+        (start, p + n - 1)
+    };
+    for (request, answer, _) in cases {
+        let (request, answer) = (vllm_episode_fixture(request), vllm_episode_fixture(answer));
+        let (p, n, first, end) = span(&answer, none);
+        assert_eq!(
+            (first, end),
+            expected(&request, p, n),
+            "the engine's {answer}"
+        );
+    }
+    for &mode in Engine::Vllm.wires() {
+        let name = format!("vllm-episode-{}", mode.name().replace(' ', "-"));
+        let setup = Setup::start(
+            &name,
+            Options {
+                forms: Forms::One(mode),
+                ..Options::default()
+            },
+        )
+        .await;
+        let colocated = setup
+            .colocated_sglang_url
+            .replace("/generate", "/inference/v1/generate");
+        let prefill = format!(
+            "http://127.0.0.1:{}/inference/v1/generate",
+            setup.prefill_port
+        );
+        for (request, _, role) in cases {
+            let mut body = vllm_episode_fixture(request);
+            body["request_id"] = json!("req-3");
+            let url = if role == Role::Prefill {
+                &prefill
+            } else {
+                &colocated
+            };
+            for stream in [false, true] {
+                if stream && role == Role::Prefill {
+                    continue; // a prefill is not streamed
+                }
+                body["stream"] = json!(stream);
+                let bytes = serde_json::to_vec(&body).expect("JSON");
+                let (status, _, answer) = setup.post_to(url, bytes).await;
+                assert_eq!(
+                    status,
+                    StatusCode::OK,
+                    "{}",
+                    String::from_utf8_lossy(&answer)
+                );
+                let answer = if stream {
+                    streamed(&answer).1
+                } else {
+                    json_of(&answer)
+                };
+                let (p, n, first, end) = span(&answer, &setup.dir);
+                let sent = body["token_ids"].as_array().expect("token_ids").len();
+                assert_eq!(p, sent as u64, "{} {request}", mode.name());
+                assert_eq!(
+                    (first, end),
+                    expected(&body, p, n),
+                    "{} {request} stream {stream}",
+                    mode.name()
+                );
+            }
+        }
     }
 }

@@ -669,16 +669,15 @@ fn delta_turns_ask_from_the_common_prefix_minus_one() {
     }
 }
 
-/// What the mocks cannot show yet: that every engine's multi-turn
-/// episodes, full and delta, whole and streamed, pass the check, and that
-/// a stitch cut one position early fails it on vLLM. The mocks answer a
-/// request's rows as a function of the request's index, not of its token
-/// prefix, their vLLM answers ignore `routed_experts_prompt_start` and do
-/// not always say their tokens, and the SGLang ones omit a prefix unless
-/// told a start; the one simulator (rows a function of the token prefix,
-/// delta starts answered) makes them answer as the engines do.
+/// Every engine's multi-turn episodes, full and delta, whole and
+/// streamed, pass the check, and a stitch cut one position early fails it
+/// on vLLM. The mocks answer as the engines do
+/// (`tests/fixtures/engines/*/episode/`): a request's rows are a function of its token prefix under
+/// one model for every prompt a client sends, so that a later turn and the
+/// full-context forward repeat an earlier turn's rows; vLLM's colocated
+/// server and prefill answer from `routed_experts_prompt_start`, and
+/// every vLLM choice says its `token_ids`, whole and streamed.
 #[test]
-#[ignore = "needs the mocks of the one simulator (rows of the token prefix, delta starts answered)"]
 fn multi_turn_episodes_hold_to_their_full_context_forward() {
     let deploy = start("full-context-turns", Faults::default());
     let engines: [&[&str]; 2] = [
