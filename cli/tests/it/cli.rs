@@ -946,6 +946,7 @@ fn every_help_ends_with_an_example_that_runs() {
         ("gather", 0),
         ("compare", 1),
         ("simulate", 0),
+        ("episode", 0),
         ("completions", 0),
     ] {
         let help = stdout(&pd_stitch(&[sub, "--help"]));
@@ -969,6 +970,7 @@ fn every_help_ends_with_an_example_that_runs() {
         dir.join("merged.json").exists()
             && dir.join("rows.npy").exists()
             && dir.join("map.svg").exists()
+            && dir.join("episode.npy").exists()
     );
     std::fs::remove_dir_all(dir).unwrap();
 }
@@ -992,6 +994,8 @@ fn completions_are_generated_for_bash_zsh_and_fish() {
             "gather",
             "compare",
             "simulate",
+            "episode",
+            "probe",
             "completions",
         ] {
             assert!(script.contains(sub), "{shell} lacks {sub}");
@@ -1136,6 +1140,7 @@ fn every_subcommand_has_help() {
         vec!["simulate", "--help"],
         vec!["compare", "--help"],
         vec!["probe", "--help"],
+        vec!["episode", "--help"],
         vec!["completions", "--help"],
     ] {
         let out = pd_stitch(&sub);
