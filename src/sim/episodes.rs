@@ -83,6 +83,22 @@ pub struct WireEpisodes {
     pub scattered: usize,
 }
 
+impl WireEpisodes {
+    /// A wire form's row before any episode is counted.
+    fn empty(wire: Wire) -> WireEpisodes {
+        WireEpisodes {
+            wire,
+            assembled: 0,
+            right: 0,
+            planted: 0,
+            decode_sourced: 0,
+            boundary: 0,
+            boundaries: Vec::new(),
+            scattered: 0,
+        }
+    }
+}
+
 /// The outcome of a multi-turn run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EpisodeSummary {
@@ -293,16 +309,7 @@ fn one_wire(
     let model = turns.first().map(|r| r.model);
     let dtype = turns.first().map_or(Dtype::Uint8, |r| wire.dtype(r.dtype));
     let planted: Vec<u64> = turns.iter().flat_map(|r| r.flips.iter().copied()).collect();
-    let mut row = WireEpisodes {
-        wire,
-        assembled: 0,
-        right: 0,
-        planted: 0,
-        decode_sourced: 0,
-        boundary: 0,
-        boundaries: Vec::new(),
-        scattered: 0,
-    };
+    let mut row = WireEpisodes::empty(wire);
     for (s, side) in sides.into_iter().enumerate() {
         let name = ["stitched", "colocated"][s];
         match side.stopped {
@@ -425,16 +432,7 @@ pub fn run_episodes(
         positions: 0,
         wires: wires
             .iter()
-            .map(|&wire| WireEpisodes {
-                wire,
-                assembled: 0,
-                right: 0,
-                planted: 0,
-                decode_sourced: 0,
-                boundary: 0,
-                boundaries: Vec::new(),
-                scattered: 0,
-            })
+            .map(|&wire| WireEpisodes::empty(wire))
             .collect(),
         mismatches: Vec::new(),
     };

@@ -382,6 +382,25 @@ mod tests {
         completions: [Vec<u64>; 3],
     }
 
+    impl Episode3 {
+        /// Its turns as a side's, each with its start and rows.
+        fn sides<'a>(
+            &'a self,
+            turns: &'a [(Option<u64>, Result<RowPiece, String>); 3],
+        ) -> Vec<SideTurn<'a>> {
+            turns
+                .iter()
+                .enumerate()
+                .map(|(t, (start, rows))| SideTurn {
+                    prompt: &self.prompts[t],
+                    start: *start,
+                    completion: &self.completions[t],
+                    rows,
+                })
+                .collect()
+        }
+    }
+
     fn episode3() -> Episode3 {
         Episode3 {
             prompts: [(1..=5).collect(), (1..=10).collect(), (1..=13).collect()],
@@ -396,16 +415,7 @@ mod tests {
         forward_flips: &[u64],
     ) -> SideCheck {
         let episode = episode3();
-        let sides: Vec<SideTurn<'_>> = turns
-            .iter()
-            .enumerate()
-            .map(|(t, (start, rows))| SideTurn {
-                prompt: &episode.prompts[t],
-                start: *start,
-                completion: &episode.completions[t],
-                rows,
-            })
-            .collect();
+        let sides = episode.sides(&turns);
         let full = RowPiece::whole(Dtype::Uint8, vec![1, 1], rows(0, 15, forward_flips)).at(0);
         check_side(&sides, &full)
     }
@@ -539,16 +549,7 @@ mod tests {
         // A forward of 13 rows for 15 tokens: it cannot be compared.
         let episode = episode3();
         let turns = delta_turns([&[], &[], &[]]);
-        let sides: Vec<SideTurn<'_>> = turns
-            .iter()
-            .enumerate()
-            .map(|(t, (start, rows))| SideTurn {
-                prompt: &episode.prompts[t],
-                start: *start,
-                completion: &episode.completions[t],
-                rows,
-            })
-            .collect();
+        let sides = episode.sides(&turns);
         let short = RowPiece::whole(Dtype::Uint8, vec![1, 1], rows(0, 13, &[]));
         let checked = check_side(&sides, &short);
         let refused = checked.refused.unwrap_or_default();
