@@ -834,6 +834,85 @@ fn row_gap() {
     assert!(err.is_boundary());
 }
 
+/// A turn whose rows stop before its end: the gap is at the end of what
+/// it must cover, after the last row it has (a missing decode), not only
+/// between two pieces.
+#[test]
+fn a_gap_at_the_end_is_a_row_gap() {
+    let mut episode = Episode::new(Prefer::Earliest);
+    // Prompt 6, 3 generated: rows must cover [0, 8); the prefill's 6 alone.
+    let err = episode
+        .push(
+            Turn::new(vec![1, 2, 3, 4, 5, 6], vec![7, 8, 9]).with_piece(RowPiece::prefill(
+                Dtype::Uint8,
+                vec![1],
+                vec![0; 6],
+            )),
+        )
+        .unwrap_err();
+    assert_eq!(err.kind(), EpisodeErrorKind::RowGap, "{err}");
+    assert_eq!(err.position(), Some(6), "{err}");
+    assert_eq!(episode.turns(), 0);
+}
+
+/// The boundary (turn 0's last token, rowless) lies below a later turn's
+/// start when that turn asks from its whole common prefix: its decode's
+/// rows, placed from the prompt's last position, cover it.
+#[test]
+fn rows_below_the_start_fill_a_rowless_position() {
+    let mut episode = Episode::new(Prefer::Earliest);
+    episode
+        .push(Turn::new(vec![1, 2], vec![3]).with_piece(ones(0, 2)))
+        .unwrap();
+    let assembled = episode.assemble(0).unwrap();
+    assert!(!assembled.has_row(2));
+    // Turn 1 repeats the 3 tokens, asks from 3, and its decode's 2 rows
+    // start at P - 1 = 2.
+    let pushed = episode.push(
+        Turn::new(vec![1, 2, 3], vec![4, 5])
+            .with_start(3)
+            .with_piece(RowPiece::decode(Dtype::Uint8, vec![1], vec![7, 8])),
+    );
+    assert_eq!(pushed, Ok(1));
+    let assembled = episode.finish().unwrap();
+    assert_eq!(
+        row_bytes(&assembled),
+        [Some(0), Some(0), Some(7), Some(8), None]
+    );
+    assert_eq!(assembled.source(2), source(1, Phase::Decode));
+}
+
+/// What the accessors say of an episode and its assembly, each held to
+/// what was pushed.
+#[test]
+fn the_accessors_say_what_was_pushed_and_assembled() {
+    for prefer in RULES {
+        let mut episode = Episode::new(prefer);
+        assert_eq!((episode.prefer(), episode.turns()), (prefer, 0));
+        episode
+            .push(Turn::new(vec![1, 2, 3], vec![4, 5]).with_piece(ones(3, 4)))
+            .unwrap();
+        assert_eq!(episode.turns(), 1);
+        episode
+            .push(Turn::new(vec![1, 2, 3, 4, 5, 6], vec![7]).with_piece(ones(3, 6)))
+            .unwrap();
+        assert_eq!((episode.prefer(), episode.turns()), (prefer, 2));
+        let assembled = episode.finish().unwrap();
+        assert!(!assembled.is_empty());
+        assert_eq!(assembled.len(), 7);
+        let rows = assembled.rows().to_vec();
+        assert_eq!(rows, [3, 3, 3, 3, 3, 3, 0]);
+        assert_eq!(assembled.into_rows(), rows);
+    }
+    let names = [
+        Finding::Boundary,
+        Finding::DecodeSourced,
+        Finding::Scattered,
+    ]
+    .map(Finding::name);
+    assert_eq!(names, ["boundary", "decode-sourced", "scattered"]);
+}
+
 #[test]
 fn no_turns() {
     let err = Episode::new(Prefer::Latest).finish().unwrap_err();

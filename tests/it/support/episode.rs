@@ -301,6 +301,7 @@ pub fn assert_matches_model(
                 prop_assert_eq!(&decode(assembled.dtype(), bytes), row, "position {}", x);
                 prop_assert_eq!(got.map(|s| (s.turn, s.phase)), Some((*turn, *phase)));
                 prop_assert_eq!(assembled.row(x as u64), Some(bytes));
+                prop_assert!(assembled.has_row(x as u64), "position {}", x);
             }
         }
     }
