@@ -272,6 +272,11 @@ pub fn choice_rows(
             }
         }
     }
+    // A response with choices whose choice is missing, or not an object,
+    // says so, as `gather_from` does; one without (SGLang's) has no rows.
+    if response.get("choices").is_some() {
+        choice_object(response, choice)?;
+    }
     Err(GatherError::NoRows {
         choice,
         field: ROUTED_EXPERTS.to_owned(),

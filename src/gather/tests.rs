@@ -151,6 +151,30 @@ fn inline_rows_are_gathered_for_routed_experts_only() {
     assert!(matches!(none, Err(GatherError::NoRows { .. })), "{none:?}");
 }
 
+/// A choice that is not there, or not an object, is a structure error at
+/// the choice, as `gather_from` says it, not "no rows": `pd_stitch.gather`
+/// reads rows through `choice_rows` and said `NoRows` for `{"choices": []}`.
+/// A response without `choices` (SGLang's) has no choice to be missing.
+#[test]
+fn choice_rows_names_a_missing_choice_as_gather_from_does() {
+    let store = Store::memory();
+    for response in [
+        json!({"choices": []}),
+        json!({"choices": [3]}),
+        json!({"choices": {}}),
+    ] {
+        let want = gather_from(&response, 0, ROUTED_EXPERTS, &store).unwrap_err();
+        let got = choice_rows(&response, 0, &store, None).unwrap_err();
+        assert_eq!(got.to_string(), want.to_string(), "{response}");
+        let GatherError::Response(error) = &got else {
+            panic!("{response}: {got}");
+        };
+        assert_eq!(error.kind(), crate::ErrorKind::Structure, "{response}");
+    }
+    let none = choice_rows(&json!({"meta_info": {}}), 0, &store, None).unwrap_err();
+    assert!(matches!(none, GatherError::NoRows { .. }), "{none}");
+}
+
 /// `choice_rows` reads every kind wherever the table puts it: segments
 /// through the store, a choice's inline rows, the response's inline rows
 /// (Dynamo's `nvext`) for its first choice only, SGLang's rows with the
