@@ -1323,6 +1323,45 @@ fn a_decode_flip_at_a_boundary_is_decode_sourced() {
     assert!(!classified.passes());
 }
 
+/// Every turn's boundary is one, not only the last turn's: a difference at
+/// turn 1's boundary in a three-turn episode is a boundary (the walk back
+/// along the path must go past the last turn).
+#[test]
+fn an_earlier_turns_boundary_is_a_boundary() {
+    let mut episode = one_turn(Prefer::Earliest, 0);
+    episode
+        .push(Turn::new(vec![1, 2, 3, 4, 5, 6], vec![7]).with_piece(ones(1, 6)))
+        .unwrap();
+    episode
+        .push(Turn::new(vec![1, 2, 3, 4, 5, 6, 7, 8], vec![9]).with_piece(ones(2, 8)))
+        .unwrap();
+    let path = episode.finish().unwrap();
+    assert_eq!(
+        row_bytes(&path),
+        [0, 0, 0, 0, 1, 1, 2, 2]
+            .map(Some)
+            .into_iter()
+            .chain([None])
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(path.source(4), source(1, Phase::Prefill));
+    // Turn 1's first new position, 5, and the one before it, 4; turn 2's,
+    // 7 and 6.
+    for (x, differs) in [
+        (4, Finding::Boundary),
+        (5, Finding::Boundary),
+        (6, Finding::Boundary),
+        (7, Finding::Boundary),
+        (2, Finding::Scattered),
+    ] {
+        let mut full = [0, 0, 0, 0, 1, 1, 2, 2, 2];
+        full[x] = 9;
+        let classified = classify(&path, &bytes(&full)).unwrap();
+        assert_eq!(classified.positions(differs), [x as u64], "at {x}");
+        assert!(!classified.passes());
+    }
+}
+
 #[test]
 fn dtypes_widen_keeping_values() {
     let mut episode = Episode::default();
