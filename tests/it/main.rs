@@ -23,6 +23,7 @@ mod compare;
 #[cfg(all(unix, feature = "verify"))]
 mod confinement;
 mod defaults;
+mod docs_references;
 mod dynamo;
 #[cfg(feature = "verify")]
 mod engine_episodes;
