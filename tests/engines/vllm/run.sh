@@ -323,7 +323,8 @@ grep -q ' 0 with wrong rows, 0 error(s); boundary 0, whole-rows 0, scattered [0-
 # every turn asked in full, then every turn after the first as a delta
 # (routed_experts_prompt_start = L - 1). A boundary or prefill-sourced
 # difference, a refused turn or an error fails the step; decode-sourced
-# differences are counted and printed. The requests' own comparison is held
+# and recomputed differences (a prompt position the colocated server itself
+# answered both ways in the episode) are counted and printed. The requests' own comparison is held
 # as above. Four episodes a run, streamed and not: under a minute each here.
 full_context() {  # LABEL PROBE_ARGS...
     local label=$1 out="$WORK/probe-full-context-$1.txt" t0=$SECONDS
@@ -332,10 +333,10 @@ full_context() {  # LABEL PROBE_ARGS...
         --config "$MODEL/config.json" --requests 4 --prompt-len 2..230 --max-tokens 8 --turns 3 \
         --full-context "$@" --stream both --concurrency 1 --timeout 120 --quiet > "$out" || true
     cat "$out"
-    say "probe --full-context ($label) took $((SECONDS - t0))s; decode-sourced differences: $(sed -n 's/^full context.* decode-sourced \([0-9]*\),.*/\1/p' "$out")"
+    say "probe --full-context ($label) took $((SECONDS - t0))s; decode-sourced differences: $(sed -n 's/^full context.* decode-sourced \([0-9]*\),.*/\1/p' "$out"); recomputed: $(sed -n 's/^full context.* recomputed \([0-9]*\),.*/\1/p' "$out")"
     grep -q ' 0 with wrong rows, 0 error(s); boundary 0, whole-rows 0, scattered [0-9]*, missing 0, diverged 0;' "$out" \
         || { echo "probe --full-context ($label): a request's difference other than scattered noise, a wrong row or an error" >&2; rc=1; }
-    grep -q '^full context.*, 0 failed, 0 error(s); [0-9]* position(s) compared: boundary 0, decode-sourced [0-9]*, scattered 0, refused 0, diverged 0;' "$out" \
+    grep -q '^full context.*, 0 failed, 0 error(s); [0-9]* position(s) compared: boundary 0, decode-sourced [0-9]*, recomputed [0-9]*, scattered 0, refused 0, diverged 0;' "$out" \
         || { echo "probe --full-context ($label): a boundary or prefill-sourced difference, a refused turn or an error" >&2; rc=1; }
 }
 say "pd-stitch probe --full-context"

@@ -8,14 +8,25 @@
 //! position or the one before it), **decode-sourced** (a row the episode
 //! took from a decode: another batch than a prefill, so a rare flip is
 //! legitimate, counted and not failed) or **scattered** (a prefill's row
-//! elsewhere). A turn the episode refuses stops that side's assembly: a
+//! elsewhere). A scattered position is **recomputed** instead, counted and
+//! not failed, when the colocated server itself answered that token prefix
+//! both ways in this episode: one turn with the side's row, another with
+//! the forward's ([`Witness`]). Seen on a real SGLang 0.5.23 (CPU, AMD):
+//! with no prefix cache and one request at a time, a prompt position's row
+//! differed in one layer between a 224-token prompt and longer ones that
+//! repeat it (its later turns, and the forward): the engine's rows of a
+//! prefix depend on the length of the forward that computes them. A row
+//! placed one position off is no answer of the colocated server at that
+//! position, and the forward's row is none of a shifted side's, so such a
+//! fault stays scattered. A turn the episode refuses stops that side's assembly: a
 //! position left without a row at a boundary (a delta asked one position
 //! late) is a boundary finding ([`Finding::of_error`]); any other refusal
 //! (rows that fit neither the counts nor the start asked) fails the check
 //! with the episode's message. The check passes when no prefill-sourced row
-//! differs and nothing was refused.
+//! differs but the recomputed ones, and nothing was refused.
 
-use pd_stitch::episode::{classify, Episode, Finding, Prefer, RowPiece, Turn};
+use pd_stitch::algebra::Dtype;
+use pd_stitch::episode::{classify, Assembled, Episode, Finding, Prefer, RowPiece, Turn};
 use pd_stitch::gather::{read_piece, Store};
 use serde_json::{json, Value};
 
@@ -47,6 +58,9 @@ pub struct SideCheck {
     /// The positions of each finding, in position order.
     pub boundary: Vec<u64>,
     pub decode_sourced: Vec<u64>,
+    /// Prefill-sourced, not at a boundary, and the colocated server
+    /// answered that prefix with both rows ([`Witness`]): counted.
+    pub recomputed: Vec<u64>,
     pub scattered: Vec<u64>,
     /// Why the episode refused a turn, or the forward's rows could not be
     /// compared: the check stopped there (a boundary refusal also lists its
@@ -60,18 +74,21 @@ pub struct SideCheck {
 }
 
 impl SideCheck {
-    /// No prefill-sourced difference and nothing refused.
+    /// No boundary or scattered difference and nothing refused.
     pub fn passes(&self) -> bool {
         self.boundary.is_empty() && self.scattered.is_empty() && self.refused.is_none()
     }
 
-    /// The positions of `finding`.
-    pub fn positions(&self, finding: Finding) -> &[u64] {
-        match finding {
-            Finding::Boundary => &self.boundary,
-            Finding::DecodeSourced => &self.decode_sourced,
-            Finding::Scattered => &self.scattered,
-        }
+    /// Every class of difference with its positions, in the order the
+    /// report lists them: the library's findings, recomputed after
+    /// decode-sourced (both counted, not failed).
+    pub fn classes(&self) -> [(&'static str, &[u64]); 4] {
+        [
+            (Finding::Boundary.name(), &self.boundary),
+            (Finding::DecodeSourced.name(), &self.decode_sourced),
+            ("recomputed", &self.recomputed),
+            (Finding::Scattered.name(), &self.scattered),
+        ]
     }
 
     fn positions_mut(&mut self, finding: Finding) -> &mut Vec<u64> {
@@ -142,9 +159,67 @@ pub fn forward_rows(
     }
 }
 
+/// What the colocated server answered at each position of an episode,
+/// turn by turn: the path of each colocated turn as `Prefer::Latest`
+/// assembles it once that turn is pushed, whose rows from that turn are
+/// the turn's own answer (placed by the episode's rules, EP1).
+pub struct Witness {
+    paths: Vec<(usize, Assembled)>,
+}
+
+impl Witness {
+    /// The colocated turns' answers, up to the first the episode refuses
+    /// (the colocated side's own check reports that refusal).
+    pub fn of(colocated: &[SideTurn<'_>]) -> Witness {
+        let mut episode = Episode::new(Prefer::Latest);
+        let mut paths = Vec::new();
+        for (index, turn) in colocated.iter().enumerate() {
+            let Ok(piece) = turn.rows else { break };
+            if episode.push(side_turn(turn, piece.clone())).is_err() {
+                break;
+            }
+            match episode.assemble(index) {
+                Some(path) => paths.push((index, path)),
+                None => break,
+            }
+        }
+        Witness { paths }
+    }
+
+    /// Whether some colocated turn answered `position` with `row` (bytes
+    /// of `dtype`): rows of another dtype than the answer's are not
+    /// compared, so they are never witnessed.
+    pub fn answered(&self, position: u64, row: &[u8], dtype: Dtype) -> bool {
+        self.paths.iter().any(|(turn, path)| {
+            path.dtype() == dtype
+                && path.source(position).is_some_and(|s| s.turn == *turn)
+                && path.row(position) == Some(row)
+        })
+    }
+}
+
+/// A side's turn as the episode takes it.
+fn side_turn(turn: &SideTurn<'_>, piece: RowPiece) -> Turn {
+    let pushed = Turn::new(turn.prompt.to_vec(), turn.completion.to_vec()).with_piece(piece);
+    match turn.start {
+        Some(start) => pushed.with_start(start),
+        None => pushed,
+    }
+}
+
+/// The rows of `full` at `position` (its dtype's bytes), if it has them.
+fn forward_row(full: &RowPiece, position: u64) -> Option<&[u8]> {
+    let elements: u64 = full.row_shape().iter().product();
+    let size = usize::try_from(elements.checked_mul(full.dtype().itemsize())?).ok()?;
+    let index = usize::try_from(position.checked_sub(full.first().unwrap_or(0))?).ok()?;
+    full.bytes()
+        .get(index.checked_mul(size)?..index.checked_add(1)?.checked_mul(size)?)
+}
+
 /// Assembles one side's turns under `Prefer::Earliest` and holds the
-/// episode to `full`, the forward's rows.
-pub fn check_side(turns: &[SideTurn<'_>], full: &RowPiece) -> SideCheck {
+/// episode to `full`, the forward's rows; a scattered position the
+/// colocated server answered both ways (`witness`) is recomputed.
+pub fn check_side(turns: &[SideTurn<'_>], full: &RowPiece, witness: &Witness) -> SideCheck {
     let mut check = SideCheck::default();
     let mut episode = Episode::new(Prefer::Earliest);
     for (index, turn) in turns.iter().enumerate() {
@@ -155,12 +230,7 @@ pub fn check_side(turns: &[SideTurn<'_>], full: &RowPiece) -> SideCheck {
                 return check;
             }
         };
-        let mut pushed =
-            Turn::new(turn.prompt.to_vec(), turn.completion.to_vec()).with_piece(piece);
-        if let Some(start) = turn.start {
-            pushed = pushed.with_start(start);
-        }
-        if let Err(err) = episode.push(pushed) {
+        if let Err(err) = episode.push(side_turn(turn, piece)) {
             if let Some((position, finding)) = Finding::of_error(&err) {
                 check.positions_mut(finding).push(position);
             }
@@ -177,15 +247,30 @@ pub fn check_side(turns: &[SideTurn<'_>], full: &RowPiece) -> SideCheck {
     let classified = episode
         .finish()
         .map_err(|e| e.to_string())
-        .and_then(|assembled| classify(&assembled, full).map_err(|e| e.to_string()));
+        .and_then(|assembled| {
+            let classified = classify(&assembled, full).map_err(|e| e.to_string())?;
+            Ok((assembled, classified))
+        });
     match classified {
-        Ok(classified) => {
+        Ok((assembled, classified)) => {
             check.compared = classified.compared();
             for finding in FINDINGS {
                 check
                     .positions_mut(finding)
                     .extend_from_slice(classified.positions(finding));
             }
+            let both_answered = |&position: &u64| {
+                let ours = assembled.row(position);
+                let theirs = forward_row(full, position);
+                ours.zip(theirs).is_some_and(|(ours, theirs)| {
+                    witness.answered(position, ours, assembled.dtype())
+                        && witness.answered(position, theirs, full.dtype())
+                })
+            };
+            let (recomputed, scattered) = std::mem::take(&mut check.scattered)
+                .into_iter()
+                .partition(both_answered);
+            (check.recomputed, check.scattered) = (recomputed, scattered);
         }
         Err(message) => check.refused = Some(message),
     }
@@ -213,8 +298,7 @@ pub fn details(result: &SideResult) -> String {
         SideResult::Checked(check) => check,
     };
     let mut parts = Vec::new();
-    for finding in FINDINGS {
-        let positions = check.positions(finding);
+    for (name, positions) in check.classes() {
         if positions.is_empty() {
             continue;
         }
@@ -222,7 +306,7 @@ pub fn details(result: &SideResult) -> String {
         if positions.len() > LISTED {
             listed.push(format!("... ({} more)", positions.len() - LISTED));
         }
-        parts.push(format!("{} at {}", finding.name(), listed.join(", ")));
+        parts.push(format!("{name} at {}", listed.join(", ")));
     }
     if !check.overlap_differed.is_empty() {
         parts.push(format!(
@@ -252,6 +336,7 @@ pub fn side_json(result: &SideResult) -> Value {
             "compared": check.compared,
             "boundary": check.boundary,
             "decode_sourced": check.decode_sourced,
+            "recomputed": check.recomputed,
             "scattered": check.scattered,
             "refused": check.refused,
             "overlaps": {
@@ -273,12 +358,13 @@ pub struct FullContextCounts {
     pub compared: u64,
     pub boundary: u64,
     pub decode_sourced: u64,
+    pub recomputed: u64,
     pub scattered: u64,
     /// Sides whose episode refused a turn or the forward.
     pub refused: usize,
     /// Sides whose tokens diverged.
     pub diverged: usize,
-    /// Sides that failed: a prefill-sourced difference or a refusal.
+    /// Sides that failed: a boundary or scattered difference or a refusal.
     pub failed: usize,
     /// Episodes whose check could not run (a request failed).
     pub errors: usize,
@@ -300,6 +386,7 @@ impl FullContextCounts {
         self.compared += check.compared;
         self.boundary += check.boundary.len() as u64;
         self.decode_sourced += check.decode_sourced.len() as u64;
+        self.recomputed += check.recomputed.len() as u64;
         self.scattered += check.scattered.len() as u64;
         self.refused += usize::from(check.refused.is_some());
         self.failed += usize::from(!check.passes());
@@ -312,14 +399,15 @@ impl FullContextCounts {
         self.failed == 0 && self.errors == 0
     }
 
-    /// The total line's counts: `boundary 0, decode-sourced 1, scattered 0,
-    /// refused 0`.
+    /// The total line's counts: `boundary 0, decode-sourced 1, recomputed
+    /// 0, scattered 0, refused 0`.
     pub fn summary(&self) -> String {
         format!(
-            "{} position(s) compared: boundary {}, decode-sourced {}, scattered {}, refused {}, diverged {}; overlaps {} of {} differing",
+            "{} position(s) compared: boundary {}, decode-sourced {}, recomputed {}, scattered {}, refused {}, diverged {}; overlaps {} of {} differing",
             self.compared,
             self.boundary,
             self.decode_sourced,
+            self.recomputed,
             self.scattered,
             self.refused,
             self.diverged,
@@ -335,6 +423,7 @@ impl FullContextCounts {
             "compared": self.compared,
             "boundary": self.boundary,
             "decode_sourced": self.decode_sourced,
+            "recomputed": self.recomputed,
             "scattered": self.scattered,
             "refused": self.refused,
             "diverged": self.diverged,
@@ -409,15 +498,37 @@ mod tests {
     }
 
     /// Each turn's start (None: full) and rows, checked against the forward
-    /// of 15 rows flipped at `forward_flips`.
+    /// of 15 rows flipped at `forward_flips`, as the colocated side (its
+    /// own answers the witness).
     fn check(
         turns: [(Option<u64>, Result<RowPiece, String>); 3],
         forward_flips: &[u64],
     ) -> SideCheck {
         let episode = episode3();
+        let witness = Witness::of(&episode.sides(&turns));
+        check_against(turns, forward_flips, &witness)
+    }
+
+    /// The same, as a side whose colocated answers were `colocated`.
+    fn check_pd(
+        turns: [(Option<u64>, Result<RowPiece, String>); 3],
+        forward_flips: &[u64],
+        colocated: [(Option<u64>, Result<RowPiece, String>); 3],
+    ) -> SideCheck {
+        let episode = episode3();
+        let witness = Witness::of(&episode.sides(&colocated));
+        check_against(turns, forward_flips, &witness)
+    }
+
+    fn check_against(
+        turns: [(Option<u64>, Result<RowPiece, String>); 3],
+        forward_flips: &[u64],
+        witness: &Witness,
+    ) -> SideCheck {
+        let episode = episode3();
         let sides = episode.sides(&turns);
         let full = RowPiece::whole(Dtype::Uint8, vec![1, 1], rows(0, 15, forward_flips)).at(0);
-        check_side(&sides, &full)
+        check_side(&sides, &full, witness)
     }
 
     /// Full turns, each with rows from 0 and the flips given.
@@ -495,12 +606,77 @@ mod tests {
 
     #[test]
     fn a_prefill_row_off_elsewhere_is_scattered_and_fails() {
-        let checked = check(full_turns([&[2], &[], &[]]), &[]);
+        // Every turn that computed position 2 answered it off: the forward's
+        // row is no answer of the colocated server there.
+        let checked = check(full_turns([&[2], &[2], &[2]]), &[]);
         assert_eq!(checked.scattered, [2]);
-        assert!(!checked.passes());
-        // The forward differing there is the same finding.
+        assert!(checked.recomputed.is_empty() && !checked.passes());
+        // The forward differing there is the same finding: turn 1 alone
+        // computed position 9, and answered the side's row.
         let checked = check(delta_turns([&[], &[], &[]]), &[9]);
         assert_eq!(checked.scattered, [9]);
+        assert!(!checked.passes());
+        // A P/D side's row off where the colocated server answered only
+        // the forward's: no answer of the engine's, scattered.
+        let colocated = full_turns([&[], &[], &[]]);
+        let checked = check_pd(full_turns([&[2], &[2], &[2]]), &[], colocated);
+        assert_eq!(
+            (checked.scattered.as_slice(), checked.recomputed.len()),
+            (&[2][..], 0)
+        );
+        assert!(!checked.passes());
+    }
+
+    #[test]
+    fn a_prefix_the_colocated_server_answered_both_ways_is_recomputed_and_passes() {
+        // As SGLang did: turn 0's prefill answered position 2 one way, the
+        // longer prompts of turns 1 and 2 (and the forward) the other.
+        let checked = check(full_turns([&[2], &[], &[]]), &[]);
+        assert_eq!(checked.recomputed, [2]);
+        assert!(checked.scattered.is_empty() && checked.boundary.is_empty());
+        assert_eq!(checked.overlap_differed, [(1, 2), (2, 2)]);
+        assert!(checked.passes());
+        // The P/D side answered turn 0's row in every turn (its prefill's
+        // prefix cache): the colocated server answered both, recomputed.
+        let colocated = full_turns([&[2], &[], &[]]);
+        let checked = check_pd(full_turns([&[2], &[2], &[2]]), &[], colocated);
+        assert_eq!(checked.recomputed, [2]);
+        assert!(checked.scattered.is_empty() && checked.passes());
+        // A P/D row the colocated server never answered is not, even where
+        // the colocated server answered two rows.
+        let off = |to: u64| -> Result<RowPiece, String> {
+            let mut bytes = rows(0, to, &[]);
+            bytes[2] ^= 0x40;
+            Ok(RowPiece::whole(Dtype::Uint8, vec![1, 1], bytes))
+        };
+        let other = [(None, off(7)), (None, off(11)), (None, off(14))];
+        let checked = check_pd(other, &[], full_turns([&[2], &[], &[]]));
+        assert_eq!(
+            (checked.scattered.as_slice(), checked.recomputed.len()),
+            (&[2][..], 0)
+        );
+        assert!(!checked.passes());
+        // A boundary stays a boundary, answered both ways or not: turn 1's
+        // L = 8 off in turn 1, right in turn 2 and the forward.
+        let checked = check(full_turns([&[], &[8], &[]]), &[]);
+        assert_eq!(
+            (checked.boundary.as_slice(), checked.recomputed.len()),
+            (&[8][..], 0)
+        );
+        assert!(!checked.passes());
+        // Rows of another dtype than the colocated answers' are never
+        // witnessed.
+        let wide = |to: u64, flips: &[u64]| -> Result<RowPiece, String> {
+            let bytes = rows(0, to, flips).iter().flat_map(|&b| [b, 0]).collect();
+            Ok(RowPiece::whole(Dtype::Uint16, vec![1, 1], bytes))
+        };
+        let pd = [
+            (None, wide(7, &[2])),
+            (None, wide(11, &[2])),
+            (None, wide(14, &[2])),
+        ];
+        let checked = check_pd(pd, &[], full_turns([&[2], &[], &[]]));
+        assert_eq!(checked.scattered, [2]);
     }
 
     #[test]
@@ -551,7 +727,7 @@ mod tests {
         let turns = delta_turns([&[], &[], &[]]);
         let sides = episode.sides(&turns);
         let short = RowPiece::whole(Dtype::Uint8, vec![1, 1], rows(0, 13, &[]));
-        let checked = check_side(&sides, &short);
+        let checked = check_side(&sides, &short, &Witness::of(&sides));
         let refused = checked.refused.unwrap_or_default();
         assert!(refused.starts_with("the full-context forward"), "{refused}");
     }
@@ -603,6 +779,7 @@ mod tests {
             compared: 40,
             boundary: vec![7],
             decode_sourced: (10..24).collect(),
+            recomputed: vec![30],
             scattered: vec![],
             refused: Some("turn 1: why".into()),
             overlap_compared: 3,
@@ -611,7 +788,7 @@ mod tests {
         assert_eq!(
             details(&SideResult::Checked(check)),
             "boundary at 7; decode-sourced at 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, ... (2 more); \
-             overlaps differing at 6 (turn 1); refused: turn 1: why"
+             recomputed at 30; overlaps differing at 6 (turn 1); refused: turn 1: why"
         );
         assert_eq!(
             details(&SideResult::Diverged { turn: 2 }),
@@ -625,6 +802,7 @@ mod tests {
         counts.add(&SideResult::Checked(SideCheck {
             compared: 14,
             decode_sourced: vec![6],
+            recomputed: vec![2],
             overlap_compared: 18,
             overlap_differed: vec![(1, 6), (2, 6)],
             ..SideCheck::default()
@@ -633,7 +811,7 @@ mod tests {
         assert!(counts.passes());
         assert_eq!(
             counts.summary(),
-            "14 position(s) compared: boundary 0, decode-sourced 1, scattered 0, refused 0, diverged 1; overlaps 2 of 18 differing"
+            "14 position(s) compared: boundary 0, decode-sourced 1, recomputed 1, scattered 0, refused 0, diverged 1; overlaps 2 of 18 differing"
         );
         counts.add(&SideResult::Checked(SideCheck {
             compared: 14,
@@ -644,7 +822,10 @@ mod tests {
         assert_eq!((counts.sides, counts.failed, counts.scattered), (3, 1, 1));
         let json = counts.to_json();
         assert_eq!(json["passes"], false);
-        assert_eq!(json["decode_sourced"], 1);
+        assert_eq!(
+            (&json["decode_sourced"], &json["recomputed"]),
+            (&json!(1), &json!(1))
+        );
         let errors = FullContextCounts {
             errors: 1,
             ..FullContextCounts::default()
@@ -663,7 +844,7 @@ mod tests {
         assert_eq!(
             side_json(&SideResult::Checked(check)),
             json!({"status": "failed", "compared": 14, "boundary": [7], "decode_sourced": [],
-                   "scattered": [], "refused": null,
+                   "recomputed": [], "scattered": [], "refused": null,
                    "overlaps": {"compared": 0, "differed": [{"turn": 2, "position": 6}]}})
         );
         assert_eq!(

@@ -139,8 +139,9 @@ pub struct ProbeArgs {
     /// server as one prompt (one token generated, a cache_salt of its own so
     /// that nothing is a prefix-cache hit), and hold the episode assembled
     /// from each side's turns to that forward's rows, position by position:
-    /// a boundary or prefill-sourced difference fails (exit 1), a
-    /// decode-sourced one is counted.
+    /// a boundary or scattered difference fails (exit 1); a decode-sourced
+    /// one, or a recomputed one (a prefix the colocated server itself
+    /// answered both ways in the episode), is counted.
     #[arg(long)]
     full_context: bool,
     /// Ask every turn after the first for its rows from its common prefix
@@ -599,20 +600,24 @@ impl Probe {
         let completions =
             |side: usize| -> Vec<&[u64]> { sent.iter().map(|t| t.completion(side)).collect() };
         let colocated = completions(0);
-        let sides = [0, 1].map(|side| {
-            if let Some(turn) = full_context::diverged(&completions(side), &colocated) {
-                return SideResult::Diverged { turn };
-            }
-            let turns: Vec<SideTurn<'_>> = sent
-                .iter()
+        let side_turns = |side: usize| -> Vec<SideTurn<'_>> {
+            sent.iter()
                 .map(|t| SideTurn {
                     prompt: &t.prompt,
                     start: t.start,
                     completion: t.completion(side),
                     rows: &t.rows[side],
                 })
-                .collect();
-            SideResult::Checked(full_context::check_side(&turns, &full))
+                .collect()
+        };
+        // What the colocated server answered at each position, for telling
+        // its own recomputations from a fault.
+        let witness = full_context::Witness::of(&side_turns(0));
+        let sides = [0, 1].map(|side| {
+            if let Some(turn) = full_context::diverged(&completions(side), &colocated) {
+                return SideResult::Diverged { turn };
+            }
+            SideResult::Checked(full_context::check_side(&side_turns(side), &full, &witness))
         });
         Ok(EpisodeCheck { tokens: len, sides })
     }
@@ -764,8 +769,15 @@ impl Probe {
             return status;
         }
         println!(
-            "{:<14}  {:<9}  {:>6}  {:>8}  {:>8}  {:>14}  {:>9}  details",
-            "episode", "side", "tokens", "compared", "boundary", "decode-sourced", "scattered"
+            "{:<14}  {:<9}  {:>6}  {:>8}  {:>8}  {:>14}  {:>10}  {:>9}  details",
+            "episode",
+            "side",
+            "tokens",
+            "compared",
+            "boundary",
+            "decode-sourced",
+            "recomputed",
+            "scattered"
         );
         for check in checks {
             for line in check_lines(check) {
@@ -802,14 +814,15 @@ fn check_lines(outcome: &EpisodeOutcome) -> Vec<String> {
                     c.compared.to_string(),
                     c.boundary.len().to_string(),
                     c.decode_sourced.len().to_string(),
+                    c.recomputed.len().to_string(),
                     c.scattered.len().to_string(),
                 ],
-                SideResult::Diverged { .. } => ["-", "-", "-", "-"].map(String::from),
+                SideResult::Diverged { .. } => ["-", "-", "-", "-", "-"].map(String::from),
             };
-            let [compared, boundary, decode, scattered] = counts;
+            let [compared, boundary, decode, recomputed, scattered] = counts;
             let details = full_context::details(result);
             let line = format!(
-                "{name:<14}  {side:<9}  {:>6}  {compared:>8}  {boundary:>8}  {decode:>14}  {scattered:>9}  {details}",
+                "{name:<14}  {side:<9}  {:>6}  {compared:>8}  {boundary:>8}  {decode:>14}  {recomputed:>10}  {scattered:>9}  {details}",
                 check.tokens
             );
             line.trim_end().to_owned()
@@ -1076,8 +1089,8 @@ mod tests {
         assert_eq!(
             check_lines(&outcome(Ok(check))),
             [
-                "e0003-stream    colocated      77        76         0               1          0  decode-sourced at 60",
-                "e0003-stream    P/D            77        76         1               0          0  boundary at 52",
+                "e0003-stream    colocated      77        76         0               1           0          0  decode-sourced at 60",
+                "e0003-stream    P/D            77        76         1               0           0          0  boundary at 52",
             ]
         );
         let diverged = EpisodeCheck {
@@ -1089,7 +1102,7 @@ mod tests {
         };
         assert_eq!(
             check_lines(&outcome(Ok(diverged)))[1],
-            "e0003-stream    P/D             9         -         -               -          -  \
+            "e0003-stream    P/D             9         -         -               -           -          -  \
              tokens diverged from the colocated answer at turn 1: not held to the forward"
         );
         assert_eq!(
