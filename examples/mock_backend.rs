@@ -24,8 +24,10 @@
 //! `short-prefill` (a prefill one prompt row short, so that the stitch takes
 //! the decode's own row for the last prompt position: a router cutting one
 //! position early), `zero-prompt` (prompt rows zeroed, the last one half:
-//! rows finalized before they were written) and `scatter-layer` (one layer
-//! of every completion row changed: numerical noise); the last two on
+//! rows finalized before they were written), `scatter-layer` (one layer
+//! of every completion row changed: numerical noise) and `length-flip=N`
+//! (the first layer of position 1's row changed in a prompt shorter than N:
+//! rows of a prefix that depend on the forward's length); the last three on
 //! compact rows only, `.npy` rows left as they are. A vLLM body's `sampling_params.n` caps the choices.
 //!
 //! **SGLang** (`/generate`). SGLang's P/D router sends the same body to both
@@ -136,6 +138,11 @@ pub enum Fault {
     /// One layer, drawn per position, of every completion row changed
     /// (compact rows).
     ScatterLayer,
+    /// The first layer of position 1's row changed in every prompt shorter
+    /// than this (compact rows): an engine whose rows of a prefix depend on
+    /// the length of the forward that computes them, as a real SGLang's did
+    /// on an AMD CPU.
+    LengthFlip(u64),
 }
 
 impl FromStr for Fault {
@@ -153,11 +160,13 @@ impl FromStr for Fault {
             _ => match (
                 s.strip_prefix("slow=").map(str::parse::<u64>),
                 s.strip_prefix("late=").map(str::parse::<u64>),
+                s.strip_prefix("length-flip=").map(str::parse::<u64>),
             ) {
-                (Some(Ok(ms)), _) => Ok(Fault::Slow(Duration::from_millis(ms))),
-                (_, Some(Ok(ms))) => Ok(Fault::Late(Duration::from_millis(ms))),
+                (Some(Ok(ms)), _, _) => Ok(Fault::Slow(Duration::from_millis(ms))),
+                (_, Some(Ok(ms)), _) => Ok(Fault::Late(Duration::from_millis(ms))),
+                (_, _, Some(Ok(len))) => Ok(Fault::LengthFlip(len)),
                 _ => Err(format!(
-                    "unknown fault {s:?}: expected none, no-routing, status-500, truncated, slow=MS, late=MS, short-prefill, zero-prompt or scatter-layer"
+                    "unknown fault {s:?}: expected none, no-routing, status-500, truncated, slow=MS, late=MS, short-prefill, zero-prompt, scatter-layer or length-flip=N"
                 )),
             },
         }
@@ -715,7 +724,7 @@ pub fn without_routing(mut response: Value) -> Value {
 fn wrong_rows(fault: Fault, request: &Request, response: &mut Value) {
     if !matches!(
         fault,
-        Fault::ShortPrefill | Fault::ZeroPrompt | Fault::ScatterLayer
+        Fault::ShortPrefill | Fault::ZeroPrompt | Fault::ScatterLayer | Fault::LengthFlip(_)
     ) {
         return;
     }
@@ -755,12 +764,10 @@ fn wrong_rows(fault: Fault, request: &Request, response: &mut Value) {
                 Fault::ScatterLayer if x >= prompt => {
                     let pick = sim::mix(request.index as u64 ^ x << 20);
                     let l = (pick % (row / layer) as u64) as usize;
-                    for id in bytes[l * layer..(l + 1) * layer].chunks_exact_mut(width) {
-                        let mut raw = [0u8; 8];
-                        raw[..width].copy_from_slice(id);
-                        let next = (u64::from_le_bytes(raw) + 1) % request.model.experts;
-                        id.copy_from_slice(&next.to_le_bytes()[..width]);
-                    }
+                    next_experts(&mut bytes[l * layer..(l + 1) * layer], width, request);
+                }
+                Fault::LengthFlip(below) if x == 1 && x + 1 < prompt && prompt < below => {
+                    next_experts(&mut bytes[..layer], width, request);
                 }
                 _ => {}
             }
@@ -773,6 +780,16 @@ fn wrong_rows(fault: Fault, request: &Request, response: &mut Value) {
         dims.extend(&shape);
         choice[ROUTED_EXPERTS] = json!({"data": base64_encode(&data), "shape": dims,
                                         "start": start, "dtype": rows.dtype().name()});
+    }
+}
+
+/// Each expert id of `layer` (ids of `width` bytes) the next one.
+fn next_experts(layer: &mut [u8], width: usize, request: &Request) {
+    for id in layer.chunks_exact_mut(width) {
+        let mut raw = [0u8; 8];
+        raw[..width].copy_from_slice(id);
+        let next = (u64::from_le_bytes(raw) + 1) % request.model.experts;
+        id.copy_from_slice(&next.to_le_bytes()[..width]);
     }
 }
 

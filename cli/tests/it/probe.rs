@@ -719,3 +719,81 @@ fn multi_turn_episodes_hold_to_their_full_context_forward() {
         assert_eq!(episode["pd"]["status"], "failed", "{episode}");
     }
 }
+
+/// An engine whose rows of a prefix depend on the length of the forward
+/// that computes them, as a real SGLang 0.5.23's did on an AMD CPU: the
+/// colocated server and the prefill give position 1 another row in a first
+/// turn's short prompt than in the longer turns and the forward. The
+/// confirming forward of the first turn's prompt gives that row again:
+/// recomputed on both sides, full and delta, and the run passes. With the
+/// prefill alone so, the P/D side's row is none the colocated server gives
+/// for that prompt: scattered, and the run fails.
+#[test]
+fn rows_that_depend_on_the_prompts_length_are_recomputed_not_failed() {
+    let compact = Forms::One(pd_stitch::sim::Wire::Compact);
+    let both = start(
+        "full-context-length",
+        Faults {
+            forms: compact,
+            colocated: Fault::LengthFlip(13),
+            prefill: Fault::LengthFlip(13),
+            ..Faults::default()
+        },
+    );
+    // First prompts of 8 to 11 tokens, flipped; every later prompt at
+    // least 8 + 8 + 4 tokens long, not.
+    let args = [
+        "--requests",
+        "3",
+        "--turns",
+        "3",
+        "--prompt-len",
+        "8..12",
+        "--max-tokens",
+        "8",
+    ];
+    for delta in [&[][..], &["--delta"][..]] {
+        let mut all = args.to_vec();
+        all.extend(delta);
+        let report = passes_full_context(&both, &all);
+        let total = &report["full_context"]["total"];
+        assert_eq!(total["recomputed"], 6, "{delta:?}: {total}");
+        for episode in report["full_context"]["episodes"]
+            .as_array()
+            .expect("episodes")
+        {
+            for side in ["colocated", "pd"] {
+                assert_eq!(
+                    episode[side]["recomputed"],
+                    serde_json::json!([1]),
+                    "{episode}"
+                );
+            }
+        }
+    }
+    let prefill = start(
+        "full-context-length-prefill",
+        Faults {
+            forms: compact,
+            prefill: Fault::LengthFlip(13),
+            ..Faults::default()
+        },
+    );
+    let mut all = args.to_vec();
+    all.push("--full-context");
+    let (code, report) = prefill.probe_json(&all);
+    assert_eq!(code, Some(1), "{report}");
+    assert_eq!(report["full_context"]["total"]["recomputed"], 0, "{report}");
+    for episode in report["full_context"]["episodes"]
+        .as_array()
+        .expect("episodes")
+    {
+        assert_eq!(episode["colocated"]["status"], "passed", "{episode}");
+        assert_eq!(
+            episode["pd"]["scattered"],
+            serde_json::json!([1]),
+            "{episode}"
+        );
+        assert_eq!(episode["pd"]["status"], "failed", "{episode}");
+    }
+}

@@ -277,11 +277,10 @@ say "pd-stitch probe"
 # differences are counted and printed (--seed 9's episode 11 has one: the
 # decode's row of a completion position differs from a fresh prefill's in
 # one layer, on some machines), and so are recomputed ones: a prompt
-# position the colocated server itself answered both ways in the episode,
-# one turn with the side's row and another with the forward's (on an AMD
-# CPU, --seed 9's episode 2: position 155 differs in one layer between its
-# 224-token first prompt and the longer prompts that repeat it, the
-# forward's included). The requests' own comparison may show such a
+# position whose row the colocated server gives again when asked the turn's
+# prompt alone (on an AMD CPU, --seed 9's episode 2: position 155 differs in
+# one layer between its 224-token first prompt and the longer prompts that
+# repeat it, the forward's included). The requests' own comparison may show such a
 # position as scattered noise between the two deployments (the P/D prefill recomputes it
 # over its radix-cached prefix, as the decode did, where the colocated
 # server computes the whole prompt), as the one-turn run above explains, so

@@ -323,8 +323,9 @@ grep -q ' 0 with wrong rows, 0 error(s); boundary 0, whole-rows 0, scattered [0-
 # every turn asked in full, then every turn after the first as a delta
 # (routed_experts_prompt_start = L - 1). A boundary or prefill-sourced
 # difference, a refused turn or an error fails the step; decode-sourced
-# and recomputed differences (a prompt position the colocated server itself
-# answered both ways in the episode) are counted and printed. The requests' own comparison is held
+# and recomputed differences (a prompt position whose row the colocated
+# server gives again when asked the turn's prompt alone) are counted and
+# printed. The requests' own comparison is held
 # as above. Four episodes a run, streamed and not: under a minute each here.
 full_context() {  # LABEL PROBE_ARGS...
     local label=$1 out="$WORK/probe-full-context-$1.txt" t0=$SECONDS

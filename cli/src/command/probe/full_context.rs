@@ -9,16 +9,16 @@
 //! took from a decode: another batch than a prefill, so a rare flip is
 //! legitimate, counted and not failed) or **scattered** (a prefill's row
 //! elsewhere). A scattered position is **recomputed** instead, counted and
-//! not failed, when the colocated server itself answered that token prefix
-//! both ways in this episode: one turn with the side's row, another with
-//! the forward's ([`Witness`]). Seen on a real SGLang 0.5.23 (CPU, AMD):
-//! with no prefix cache and one request at a time, a prompt position's row
-//! differed in one layer between a 224-token prompt and longer ones that
-//! repeat it (its later turns, and the forward): the engine's rows of a
-//! prefix depend on the length of the forward that computes them. A row
-//! placed one position off is no answer of the colocated server at that
-//! position, and the forward's row is none of a shifted side's, so such a
-//! fault stays scattered. A turn the episode refuses stops that side's assembly: a
+//! not failed, when the colocated server, asked the prompt of the turn
+//! whose row the episode took there once more as a fresh forward of its own
+//! ([`confirm`]), answers that same row: the engine's rows of a prefix then
+//! depend on the length of the forward that computes them, not on the
+//! assembly. Seen on a real SGLang 0.5.23 (CPU, AMD): with no prefix cache
+//! and one request at a time, a prompt position's row differed in one layer
+//! between a 224-token prompt and the longer ones that repeat it (its later
+//! turns, and the forward). A row placed off, or a P/D row the colocated
+//! server does not compute for that prompt, is not what the confirming
+//! forward answers there, and stays scattered. A turn the episode refuses stops that side's assembly: a
 //! position left without a row at a boundary (a delta asked one position
 //! late) is a boundary finding ([`Finding::of_error`]); any other refusal
 //! (rows that fit neither the counts nor the start asked) fails the check
@@ -26,7 +26,7 @@
 //! differs but the recomputed ones, and nothing was refused.
 
 use pd_stitch::algebra::Dtype;
-use pd_stitch::episode::{classify, Assembled, Episode, Finding, Prefer, RowPiece, Turn};
+use pd_stitch::episode::{classify, Episode, Finding, Prefer, RowPiece, Turn};
 use pd_stitch::gather::{read_piece, Store};
 use serde_json::{json, Value};
 
@@ -58,8 +58,9 @@ pub struct SideCheck {
     /// The positions of each finding, in position order.
     pub boundary: Vec<u64>,
     pub decode_sourced: Vec<u64>,
-    /// Prefill-sourced, not at a boundary, and the colocated server
-    /// answered that prefix with both rows ([`Witness`]): counted.
+    /// Prefill-sourced, not at a boundary, and the colocated server's fresh
+    /// forward of the turn's prompt answers the side's row again
+    /// ([`confirm`]): counted.
     pub recomputed: Vec<u64>,
     pub scattered: Vec<u64>,
     /// Why the episode refused a turn, or the forward's rows could not be
@@ -136,13 +137,14 @@ impl SideResult {
 /// is not the episode's and is cut. Rows that start elsewhere than 0, or
 /// are fewer, are left for [`classify`] to refuse.
 pub fn forward_rows(
+    name: &str,
     response: &Value,
     len: u64,
     store: &Store,
     row_shape: Option<(u64, u64)>,
 ) -> Result<RowPiece, String> {
     let piece = read_piece(response, 0, None, store, row_shape)
-        .map_err(|e| format!("the full-context forward's rows: {e}"))?;
+        .map_err(|e| format!("{name}'s rows: {e}"))?;
     let row_bytes = piece
         .row_shape()
         .iter()
@@ -159,42 +161,30 @@ pub fn forward_rows(
     }
 }
 
-/// What the colocated server answered at each position of an episode,
-/// turn by turn: the path of each colocated turn as `Prefer::Latest`
-/// assembles it once that turn is pushed, whose rows from that turn are
-/// the turn's own answer (placed by the episode's rules, EP1).
-pub struct Witness {
-    paths: Vec<(usize, Assembled)>,
+/// A scattered position as found: the turn whose row the side's episode
+/// took there, and that row, for [`confirm`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Suspect {
+    pub position: u64,
+    pub turn: usize,
+    pub dtype: Dtype,
+    pub row: Vec<u8>,
 }
 
-impl Witness {
-    /// The colocated turns' answers, up to the first the episode refuses
-    /// (the colocated side's own check reports that refusal).
-    pub fn of(colocated: &[SideTurn<'_>]) -> Witness {
-        let mut episode = Episode::new(Prefer::Latest);
-        let mut paths = Vec::new();
-        for (index, turn) in colocated.iter().enumerate() {
-            let Ok(piece) = turn.rows else { break };
-            if episode.push(side_turn(turn, piece.clone())).is_err() {
-                break;
-            }
-            match episode.assemble(index) {
-                Some(path) => paths.push((index, path)),
-                None => break,
-            }
+/// Moves each suspect of `turn` from scattered to recomputed where `rows`,
+/// the colocated server's fresh forward of that turn's prompt alone (rows
+/// from 0), answers the suspect's own row again: same dtype, same bytes.
+pub fn confirm(check: &mut SideCheck, suspects: &[Suspect], turn: usize, rows: &RowPiece) {
+    for suspect in suspects.iter().filter(|s| s.turn == turn) {
+        let again = forward_row(rows, suspect.position);
+        if rows.dtype() != suspect.dtype || again != Some(suspect.row.as_slice()) {
+            continue;
         }
-        Witness { paths }
-    }
-
-    /// Whether some colocated turn answered `position` with `row` (bytes
-    /// of `dtype`): rows of another dtype than the answer's are not
-    /// compared, so they are never witnessed.
-    pub fn answered(&self, position: u64, row: &[u8], dtype: Dtype) -> bool {
-        self.paths.iter().any(|(turn, path)| {
-            path.dtype() == dtype
-                && path.source(position).is_some_and(|s| s.turn == *turn)
-                && path.row(position) == Some(row)
-        })
+        if let Some(index) = check.scattered.iter().position(|&x| x == suspect.position) {
+            check.scattered.remove(index);
+            let at = check.recomputed.partition_point(|&x| x < suspect.position);
+            check.recomputed.insert(at, suspect.position);
+        }
     }
 }
 
@@ -207,7 +197,7 @@ fn side_turn(turn: &SideTurn<'_>, piece: RowPiece) -> Turn {
     }
 }
 
-/// The rows of `full` at `position` (its dtype's bytes), if it has them.
+/// The row of `full` at `position` (its dtype's bytes), if it has one.
 fn forward_row(full: &RowPiece, position: u64) -> Option<&[u8]> {
     let elements: u64 = full.row_shape().iter().product();
     let size = usize::try_from(elements.checked_mul(full.dtype().itemsize())?).ok()?;
@@ -217,9 +207,9 @@ fn forward_row(full: &RowPiece, position: u64) -> Option<&[u8]> {
 }
 
 /// Assembles one side's turns under `Prefer::Earliest` and holds the
-/// episode to `full`, the forward's rows; a scattered position the
-/// colocated server answered both ways (`witness`) is recomputed.
-pub fn check_side(turns: &[SideTurn<'_>], full: &RowPiece, witness: &Witness) -> SideCheck {
+/// episode to `full`, the forward's rows; each scattered position is also a
+/// [`Suspect`], for [`confirm`].
+pub fn check_side(turns: &[SideTurn<'_>], full: &RowPiece) -> (SideCheck, Vec<Suspect>) {
     let mut check = SideCheck::default();
     let mut episode = Episode::new(Prefer::Earliest);
     for (index, turn) in turns.iter().enumerate() {
@@ -227,7 +217,7 @@ pub fn check_side(turns: &[SideTurn<'_>], full: &RowPiece, witness: &Witness) ->
             Ok(piece) => piece.clone(),
             Err(e) => {
                 check.refused = Some(format!("turn {index}: {e}"));
-                return check;
+                return (check, Vec::new());
             }
         };
         if let Err(err) = episode.push(side_turn(turn, piece)) {
@@ -235,7 +225,7 @@ pub fn check_side(turns: &[SideTurn<'_>], full: &RowPiece, witness: &Witness) ->
                 check.positions_mut(finding).push(position);
             }
             check.refused = Some(err.to_string());
-            return check;
+            return (check, Vec::new());
         }
     }
     for (index, report) in episode.reports().iter().enumerate() {
@@ -259,22 +249,23 @@ pub fn check_side(turns: &[SideTurn<'_>], full: &RowPiece, witness: &Witness) ->
                     .positions_mut(finding)
                     .extend_from_slice(classified.positions(finding));
             }
-            let both_answered = |&position: &u64| {
-                let ours = assembled.row(position);
-                let theirs = forward_row(full, position);
-                ours.zip(theirs).is_some_and(|(ours, theirs)| {
-                    witness.answered(position, ours, assembled.dtype())
-                        && witness.answered(position, theirs, full.dtype())
+            let suspects = check
+                .scattered
+                .iter()
+                .filter_map(|&position| {
+                    Some(Suspect {
+                        position,
+                        turn: assembled.source(position)?.turn,
+                        dtype: assembled.dtype(),
+                        row: assembled.row(position)?.to_vec(),
+                    })
                 })
-            };
-            let (recomputed, scattered) = std::mem::take(&mut check.scattered)
-                .into_iter()
-                .partition(both_answered);
-            (check.recomputed, check.scattered) = (recomputed, scattered);
+                .collect();
+            return (check, suspects);
         }
         Err(message) => check.refused = Some(message),
     }
-    check
+    (check, Vec::new())
 }
 
 /// The first turn whose completion on one side is not the other's.
@@ -498,37 +489,23 @@ mod tests {
     }
 
     /// Each turn's start (None: full) and rows, checked against the forward
-    /// of 15 rows flipped at `forward_flips`, as the colocated side (its
-    /// own answers the witness).
+    /// of 15 rows flipped at `forward_flips`.
     fn check(
         turns: [(Option<u64>, Result<RowPiece, String>); 3],
         forward_flips: &[u64],
     ) -> SideCheck {
-        let episode = episode3();
-        let witness = Witness::of(&episode.sides(&turns));
-        check_against(turns, forward_flips, &witness)
+        check_found(turns, forward_flips).0
     }
 
-    /// The same, as a side whose colocated answers were `colocated`.
-    fn check_pd(
+    /// The same, with the suspects found.
+    fn check_found(
         turns: [(Option<u64>, Result<RowPiece, String>); 3],
         forward_flips: &[u64],
-        colocated: [(Option<u64>, Result<RowPiece, String>); 3],
-    ) -> SideCheck {
-        let episode = episode3();
-        let witness = Witness::of(&episode.sides(&colocated));
-        check_against(turns, forward_flips, &witness)
-    }
-
-    fn check_against(
-        turns: [(Option<u64>, Result<RowPiece, String>); 3],
-        forward_flips: &[u64],
-        witness: &Witness,
-    ) -> SideCheck {
+    ) -> (SideCheck, Vec<Suspect>) {
         let episode = episode3();
         let sides = episode.sides(&turns);
         let full = RowPiece::whole(Dtype::Uint8, vec![1, 1], rows(0, 15, forward_flips)).at(0);
-        check_side(&sides, &full, witness)
+        check_side(&sides, &full)
     }
 
     /// Full turns, each with rows from 0 and the flips given.
@@ -606,77 +583,75 @@ mod tests {
 
     #[test]
     fn a_prefill_row_off_elsewhere_is_scattered_and_fails() {
-        // Every turn that computed position 2 answered it off: the forward's
-        // row is no answer of the colocated server there.
-        let checked = check(full_turns([&[2], &[2], &[2]]), &[]);
+        let (checked, suspects) = check_found(full_turns([&[2], &[], &[]]), &[]);
         assert_eq!(checked.scattered, [2]);
         assert!(checked.recomputed.is_empty() && !checked.passes());
-        // The forward differing there is the same finding: turn 1 alone
-        // computed position 9, and answered the side's row.
-        let checked = check(delta_turns([&[], &[], &[]]), &[9]);
+        // The row the episode took there, turn 0's, is the suspect.
+        let suspect = Suspect {
+            position: 2,
+            turn: 0,
+            dtype: Dtype::Uint8,
+            row: vec![truth(2) ^ 0x80],
+        };
+        assert_eq!(suspects, [suspect]);
+        // The forward differing there is the same finding, turn 1's row
+        // the suspect (it alone computed position 9).
+        let (checked, suspects) = check_found(delta_turns([&[], &[], &[]]), &[9]);
         assert_eq!(checked.scattered, [9]);
-        assert!(!checked.passes());
-        // A P/D side's row off where the colocated server answered only
-        // the forward's: no answer of the engine's, scattered.
-        let colocated = full_turns([&[], &[], &[]]);
-        let checked = check_pd(full_turns([&[2], &[2], &[2]]), &[], colocated);
+        assert_eq!((suspects.len(), suspects[0].turn), (1, 1));
+        // Boundaries and decodes are never suspects.
+        let (checked, suspects) = check_found(full_turns([&[6], &[8], &[]]), &[]);
         assert_eq!(
-            (checked.scattered.as_slice(), checked.recomputed.len()),
-            (&[2][..], 0)
+            (
+                checked.boundary.as_slice(),
+                checked.decode_sourced.as_slice()
+            ),
+            (&[8][..], &[6][..])
         );
-        assert!(!checked.passes());
+        assert!(suspects.is_empty());
     }
 
     #[test]
-    fn a_prefix_the_colocated_server_answered_both_ways_is_recomputed_and_passes() {
-        // As SGLang did: turn 0's prefill answered position 2 one way, the
-        // longer prompts of turns 1 and 2 (and the forward) the other.
-        let checked = check(full_turns([&[2], &[], &[]]), &[]);
-        assert_eq!(checked.recomputed, [2]);
-        assert!(checked.scattered.is_empty() && checked.boundary.is_empty());
-        assert_eq!(checked.overlap_differed, [(1, 2), (2, 2)]);
+    fn a_row_the_turns_prompt_gives_again_is_recomputed_and_passes() {
+        // As SGLang did: turn 0's prompt (5 tokens) gave position 2 one
+        // row, the longer prompts of turns 1 and 2, and the forward, another.
+        let again =
+            |flips: &[u64]| RowPiece::whole(Dtype::Uint8, vec![1, 1], rows(0, 5, flips)).at(0);
+        let (mut checked, suspects) = check_found(full_turns([&[2, 3], &[], &[]]), &[]);
+        assert_eq!(checked.scattered, [2, 3]);
+        // The colocated server asked turn 0's prompt again answers 3 as the
+        // side did, 2 as the forward did: 3 is recomputed, 2 stays.
+        confirm(&mut checked, &suspects, 0, &again(&[3]));
+        assert_eq!(
+            (checked.scattered.as_slice(), checked.recomputed.as_slice()),
+            (&[2][..], &[3][..])
+        );
+        assert!(!checked.passes());
+        confirm(&mut checked, &suspects, 0, &again(&[2, 3]));
+        assert_eq!(
+            (checked.scattered.len(), checked.recomputed.as_slice()),
+            (0, &[2, 3][..])
+        );
         assert!(checked.passes());
-        // The P/D side answered turn 0's row in every turn (its prefill's
-        // prefix cache): the colocated server answered both, recomputed.
-        let colocated = full_turns([&[2], &[], &[]]);
-        let checked = check_pd(full_turns([&[2], &[2], &[2]]), &[], colocated);
-        assert_eq!(checked.recomputed, [2]);
-        assert!(checked.scattered.is_empty() && checked.passes());
-        // A P/D row the colocated server never answered is not, even where
-        // the colocated server answered two rows.
-        let off = |to: u64| -> Result<RowPiece, String> {
-            let mut bytes = rows(0, to, &[]);
-            bytes[2] ^= 0x40;
-            Ok(RowPiece::whole(Dtype::Uint8, vec![1, 1], bytes))
-        };
-        let other = [(None, off(7)), (None, off(11)), (None, off(14))];
-        let checked = check_pd(other, &[], full_turns([&[2], &[], &[]]));
+        // Another turn's forward confirms nothing of turn 0's.
+        let (mut checked, suspects) = check_found(full_turns([&[2], &[], &[]]), &[]);
+        let turn1 = RowPiece::whole(Dtype::Uint8, vec![1, 1], rows(0, 10, &[2])).at(0);
+        confirm(&mut checked, &suspects, 1, &turn1);
+        assert_eq!(checked.scattered, [2]);
+        // Nor does a forward of another dtype, or one without the position.
+        let wide = RowPiece::whole(
+            Dtype::Uint16,
+            vec![1, 1],
+            rows(0, 5, &[2]).iter().flat_map(|&b| [b, 0]).collect(),
+        )
+        .at(0);
+        confirm(&mut checked, &suspects, 0, &wide);
+        let short = RowPiece::whole(Dtype::Uint8, vec![1, 1], rows(0, 2, &[])).at(0);
+        confirm(&mut checked, &suspects, 0, &short);
         assert_eq!(
             (checked.scattered.as_slice(), checked.recomputed.len()),
             (&[2][..], 0)
         );
-        assert!(!checked.passes());
-        // A boundary stays a boundary, answered both ways or not: turn 1's
-        // L = 8 off in turn 1, right in turn 2 and the forward.
-        let checked = check(full_turns([&[], &[8], &[]]), &[]);
-        assert_eq!(
-            (checked.boundary.as_slice(), checked.recomputed.len()),
-            (&[8][..], 0)
-        );
-        assert!(!checked.passes());
-        // Rows of another dtype than the colocated answers' are never
-        // witnessed.
-        let wide = |to: u64, flips: &[u64]| -> Result<RowPiece, String> {
-            let bytes = rows(0, to, flips).iter().flat_map(|&b| [b, 0]).collect();
-            Ok(RowPiece::whole(Dtype::Uint16, vec![1, 1], bytes))
-        };
-        let pd = [
-            (None, wide(7, &[2])),
-            (None, wide(11, &[2])),
-            (None, wide(14, &[2])),
-        ];
-        let checked = check_pd(pd, &[], full_turns([&[2], &[], &[]]));
-        assert_eq!(checked.scattered, [2]);
     }
 
     #[test]
@@ -727,10 +702,13 @@ mod tests {
         let turns = delta_turns([&[], &[], &[]]);
         let sides = episode.sides(&turns);
         let short = RowPiece::whole(Dtype::Uint8, vec![1, 1], rows(0, 13, &[]));
-        let checked = check_side(&sides, &short, &Witness::of(&sides));
+        let (checked, suspects) = check_side(&sides, &short);
+        assert!(suspects.is_empty());
         let refused = checked.refused.unwrap_or_default();
         assert!(refused.starts_with("the full-context forward"), "{refused}");
     }
+
+    const FULL: &str = "the full-context forward";
 
     /// A response with compact rows of positions `[start, start + count)`.
     fn compact(start: u64, count: u64) -> Value {
@@ -744,14 +722,14 @@ mod tests {
         let store = Store::memory();
         // 17 rows for a 15-token prompt: an answer that generated more
         // than one token; the prompt's 15 are kept.
-        let cut = forward_rows(&compact(0, 17), 15, &store, None).unwrap();
+        let cut = forward_rows(FULL, &compact(0, 17), 15, &store, None).unwrap();
         assert_eq!((cut.first(), cut.bytes()), (Some(0), &rows(0, 15, &[])[..]));
-        let exact = forward_rows(&compact(0, 15), 15, &store, None).unwrap();
+        let exact = forward_rows(FULL, &compact(0, 15), 15, &store, None).unwrap();
         assert_eq!(exact.bytes(), &rows(0, 15, &[])[..]);
         // Rows from elsewhere than 0 are left as they are, for classify.
-        let late = forward_rows(&compact(2, 17), 15, &store, None).unwrap();
+        let late = forward_rows(FULL, &compact(2, 17), 15, &store, None).unwrap();
         assert_eq!((late.first(), late.bytes().len()), (Some(2), 17));
-        let err = forward_rows(&json!({"choices": [{}]}), 15, &store, None).unwrap_err();
+        let err = forward_rows(FULL, &json!({"choices": [{}]}), 15, &store, None).unwrap_err();
         assert!(
             err.starts_with("the full-context forward's rows: "),
             "{err}"

@@ -39,7 +39,7 @@ use pd_stitch::gather::{self, RowsCheck, RowsReport, Store};
 use serde_json::{json, Value};
 
 use self::engine::{place_rows, Answer, EngineApi, Sampling};
-use self::full_context::{FullContextCounts, SideResult, SideTurn};
+use self::full_context::{FullContextCounts, SideResult, SideTurn, Suspect};
 use self::http::Url;
 use super::progress::Progress;
 use super::ModelConfig;
@@ -140,8 +140,8 @@ pub struct ProbeArgs {
     /// that nothing is a prefix-cache hit), and hold the episode assembled
     /// from each side's turns to that forward's rows, position by position:
     /// a boundary or scattered difference fails (exit 1); a decode-sourced
-    /// one, or a recomputed one (a prefix the colocated server itself
-    /// answered both ways in the episode), is counted.
+    /// one, or a recomputed one (a prompt position whose row the colocated
+    /// server gives again when asked that turn's prompt alone), is counted.
     #[arg(long)]
     full_context: bool,
     /// Ask every turn after the first for its rows from its common prefix
@@ -583,20 +583,7 @@ impl Probe {
         let len = tokens.len() as u64;
         // Named after the last turn's index, which the mock backends answer by.
         let index = episode * self.turns + self.turns.saturating_sub(1);
-        let id = format!("probe-{}-full-{index}", mode(stream));
-        let salt = format!("{}-e{episode}-{}", self.salt, mode(stream));
-        let body = self.engine.full_context_body(&id, &tokens, stream, &salt);
-        let bytes = serde_json::to_vec(&body).map_err(|e| e.to_string())?;
-        let mut forward = self
-            .ask(&self.colocated, &bytes)
-            .map_err(|e| format!("the full-context forward: colocated: {e}"))?;
-        place_rows(self.engine, &mut forward, len);
-        if let Some(dir) = &self.save {
-            let file = format!("e{episode:04}-full-{}.json", mode(stream));
-            save(&dir.join("full").join(file), &forward.response)?;
-        }
-        let full: RowPiece =
-            full_context::forward_rows(&forward.response, len, &self.store, self.row_shape)?;
+        let full = self.fresh_forward((episode, stream, index), None, &tokens)?;
         let completions =
             |side: usize| -> Vec<&[u64]> { sent.iter().map(|t| t.completion(side)).collect() };
         let colocated = completions(0);
@@ -610,16 +597,76 @@ impl Probe {
                 })
                 .collect()
         };
-        // What the colocated server answered at each position, for telling
-        // its own recomputations from a fault.
-        let witness = full_context::Witness::of(&side_turns(0));
-        let sides = [0, 1].map(|side| {
+        let mut suspects: [Vec<Suspect>; 2] = Default::default();
+        let mut sides = [0, 1].map(|side| {
             if let Some(turn) = full_context::diverged(&completions(side), &colocated) {
                 return SideResult::Diverged { turn };
             }
-            SideResult::Checked(full_context::check_side(&side_turns(side), &full, &witness))
+            let (check, found) = full_context::check_side(&side_turns(side), &full);
+            suspects[side] = found;
+            SideResult::Checked(check)
         });
+        // A prefill's row that differs from the forward elsewhere than a
+        // boundary: the colocated server is asked that turn's prompt again,
+        // alone, and answering the same row there makes it recomputed (the
+        // engine's rows of a prefix depend on the forward's length).
+        let mut turns: Vec<usize> = suspects.iter().flatten().map(|s| s.turn).collect();
+        turns.sort_unstable();
+        turns.dedup();
+        for turn in turns {
+            let prompt = &sent
+                .get(turn)
+                .ok_or("a turn the episode never sent")?
+                .prompt;
+            let index = episode * self.turns + turn;
+            let again = self.fresh_forward((episode, stream, index), Some(turn), prompt)?;
+            for (side, found) in sides.iter_mut().zip(&suspects) {
+                if let SideResult::Checked(check) = side {
+                    full_context::confirm(check, found, turn, &again);
+                }
+            }
+        }
         Ok(EpisodeCheck { tokens: len, sides })
+    }
+
+    /// The colocated server's forward of `tokens` as one prompt (one token
+    /// generated, rows from 0, a `cache_salt` of its own so that nothing is
+    /// a prefix-cache hit): the rows of the prompt's positions. The
+    /// episode's full-context forward (`confirming` None), or the
+    /// confirming forward of one turn's prompt; named after the request
+    /// index the mocks answer by.
+    fn fresh_forward(
+        &self,
+        (episode, stream, index): (usize, bool, usize),
+        confirming: Option<usize>,
+        tokens: &[u64],
+    ) -> Result<RowPiece, String> {
+        let len = tokens.len() as u64;
+        let mode = mode(stream);
+        let (name, id, salt, file) = match confirming {
+            None => (
+                "the full-context forward".to_owned(),
+                format!("probe-{mode}-full-{index}"),
+                format!("{}-e{episode}-{mode}", self.salt),
+                format!("e{episode:04}-full-{mode}.json"),
+            ),
+            Some(turn) => (
+                format!("the confirming forward of turn {turn}"),
+                format!("probe-{mode}-confirm-{index}"),
+                format!("{}-e{episode}-t{turn}-{mode}", self.salt),
+                format!("e{episode:04}-confirm-t{turn}-{mode}.json"),
+            ),
+        };
+        let body = self.engine.full_context_body(&id, tokens, stream, &salt);
+        let bytes = serde_json::to_vec(&body).map_err(|e| e.to_string())?;
+        let mut forward = self
+            .ask(&self.colocated, &bytes)
+            .map_err(|e| format!("{name}: colocated: {e}"))?;
+        place_rows(self.engine, &mut forward, len);
+        if let Some(dir) = &self.save {
+            save(&dir.join("full").join(file), &forward.response)?;
+        }
+        full_context::forward_rows(&name, &forward.response, len, &self.store, self.row_shape)
     }
 
     /// Sends `body` to `url` and reads the answer.
