@@ -145,13 +145,7 @@ pub fn forward_rows(
 ) -> Result<RowPiece, String> {
     let piece = read_piece(response, 0, None, store, row_shape)
         .map_err(|e| format!("{name}'s rows: {e}"))?;
-    let row_bytes = piece
-        .row_shape()
-        .iter()
-        .try_fold(piece.dtype().itemsize(), |size, &d| size.checked_mul(d));
-    let keep = row_bytes
-        .and_then(|size| size.checked_mul(len))
-        .and_then(|bytes| usize::try_from(bytes).ok());
+    let keep = row_size(&piece).and_then(|size| size.checked_mul(usize::try_from(len).ok()?));
     match keep {
         Some(keep) if piece.first().unwrap_or(0) == 0 && piece.bytes().len() > keep => {
             let cut = piece.bytes()[..keep].to_vec();
@@ -197,10 +191,18 @@ fn side_turn(turn: &SideTurn<'_>, piece: RowPiece) -> Turn {
     }
 }
 
+/// The bytes of one row of `piece`, if they fit in memory.
+fn row_size(piece: &RowPiece) -> Option<usize> {
+    let bytes = piece
+        .row_shape()
+        .iter()
+        .try_fold(piece.dtype().itemsize(), |size, &d| size.checked_mul(d))?;
+    usize::try_from(bytes).ok()
+}
+
 /// The row of `full` at `position` (its dtype's bytes), if it has one.
 fn forward_row(full: &RowPiece, position: u64) -> Option<&[u8]> {
-    let elements: u64 = full.row_shape().iter().product();
-    let size = usize::try_from(elements.checked_mul(full.dtype().itemsize())?).ok()?;
+    let size = row_size(full)?;
     let index = usize::try_from(position.checked_sub(full.first().unwrap_or(0))?).ok()?;
     full.bytes()
         .get(index.checked_mul(size)?..index.checked_add(1)?.checked_mul(size)?)
